@@ -1,0 +1,249 @@
+/*
+ * ci_internal.h — what the concept files of libalnair_cuda share.
+ *
+ * Naming: every function and global is prefixed with its file's concept
+ * (ci_region_*, ci_tokens_*, ...). Nothing here is exported: the library is
+ * built with -fvisibility=hidden and only CI_EXPORT symbols leave it.
+ */
+#ifndef CI_INTERNAL_H
+#define CI_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "ci_cuda.h"
+#include "ci_hooks.h"
+#include "ci_region_layout.h"
+
+#define CI_EXPORT __attribute__((visibility("default")))
+#define CI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CI_MAX_DEVICES CI_REGION_MAX_DEVICES
+
+/* ---- ci_log.c ------------------------------------------------------------ */
+
+/* Writes one "alnair-cuda: ..." line to stderr with a single write(2); never
+ * allocates. Always printed: use only for errors and one-time warnings. */
+void ci_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Same, but only when ALNAIR_CUDA_DEBUG is set to a non-empty value. */
+void ci_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ci_log_init(void);
+
+/* ---- clock --------------------------------------------------------------- */
+
+static inline uint64_t ci_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t ci_unix_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps ns nanoseconds (restarting on EINTR until the deadline). */
+void ci_sleep_ns(uint64_t ns);
+
+/* ---- ci_limits.c --------------------------------------------------------- */
+
+struct ci_limits {
+    uint64_t memory_bytes;     /* per GPU; CI_REGION_UNLIMITED = no limit */
+    uint32_t compute_percent;  /* 1..100; 100 = no limit */
+    uint32_t source;           /* CI_LIMITS_SOURCE_* */
+    char workload_id[CI_REGION_WORKLOAD_ID_BYTES];
+    char workspace[1024];      /* "" = no workspace: process-private region */
+};
+
+/* Parses "123", "8Gi", "512M" ... (K/M/G/T and Ki/Mi/Gi/Ti are binary) into
+ * bytes. Returns 0 on success, -1 on anything else (empty, sign, junk, overflow). */
+int ci_limits_parse_bytes(const char *text, uint64_t *out);
+/* Parses an integer percent 1..100. Returns 0 on success, -1 otherwise. */
+int ci_limits_parse_percent(const char *text, uint32_t *out);
+/* Fills *out from the limits file in $ALNAIR_WORKSPACE (which wins when it
+ * exists) or else from the environment. Invalid values print one stderr line
+ * each and take the strictest value (0 bytes, 1 %), never "unlimited". */
+void ci_limits_load(struct ci_limits *out);
+
+/* ---- ci_region.c --------------------------------------------------------- */
+
+/* Maps the workload region (creating and initialising it under flock when new
+ * or of another layout version) or, without a workspace or on any error, a
+ * process-private anonymous region. Never fails. Not thread-safe: call once. */
+void ci_region_open(const struct ci_limits *limits);
+struct ci_region *ci_region_get(void);
+/* Takes the robust region mutex. Returns 0 when held (recovering the state of
+ * a holder that died), -1 when the mutex is unusable (caller goes on unlocked). */
+int ci_region_lock(void);
+void ci_region_unlock(void);
+/* Claims a slot for the calling process (reaping slots of dead processes when
+ * full). Returns the index or -1 when none is free. Takes the lock. */
+int ci_region_attach(void);
+/* Frees slot `slot` if it still belongs to this process. Takes the lock. */
+void ci_region_detach(int slot);
+/* With the lock held: frees slots of processes that no longer exist. Returns
+ * how many were reaped. */
+int ci_region_reap_locked(void);
+/* With the lock held: bytes accounted on `dev` over all active slots. */
+uint64_t ci_region_used_locked(int dev);
+/* Start time (clock ticks since boot) of pid, 0 when it does not exist. */
+uint64_t ci_region_proc_start_ticks(pid_t pid);
+/* Effective limits: the stricter of this process's and the region header's. */
+uint64_t ci_region_memory_limit(void);
+uint32_t ci_region_compute_percent(void);
+
+/* ---- ci_runtime.c -------------------------------------------------------- */
+
+struct ci_dev_counters {
+    _Atomic uint64_t launches;
+    _Atomic uint64_t graph_launches;
+    _Atomic uint64_t htod, dtoh, dtod;
+    _Atomic uint64_t alloc_count, alloc_denied;
+    _Atomic uint64_t throttled_ns;
+} __attribute__((aligned(64)));
+
+struct ci_state {
+    struct ci_limits limits;
+    _Atomic int slot;             /* region slot of this process, -1 none */
+    _Atomic int device_count;     /* from cuDeviceGetCount after cuInit, >= 1 */
+    _Atomic int cuinit_done;      /* cuInit succeeded in this process */
+    int sm_count[CI_MAX_DEVICES]; /* multiprocessors per device (0 unknown) */
+};
+
+extern struct ci_state ci_state;
+extern struct ci_dev_counters ci_counters[CI_MAX_DEVICES];
+
+/* Loads the limits and maps the region, nothing else (NVML-only callers). */
+void ci_runtime_ensure_base(void);
+/* Makes sure the per-process parts (real driver table, region slot) exist;
+ * cheap after the first call; re-done in a forked child. */
+void ci_runtime_ensure(void);
+/* Called after the real cuInit succeeded: device count, monitor thread. */
+void ci_runtime_after_cuinit(void);
+/* Device of the calling thread's current context, 0 when unknown. Calls the
+ * driver only when the process sees more than one device. */
+int ci_runtime_current_device(void);
+/* Slot of this process, attaching lazily; -1 when the region is full. */
+int ci_runtime_slot(void);
+
+/* ---- ci_lookup.c --------------------------------------------------------- */
+
+/* The real dlsym of the C library (found with dlvsym), never NULL after init. */
+void *ci_lookup_real_dlsym(void *handle, const char *name);
+/* Opens libcuda.so.1 and resolves every hooked and used entry point once. */
+void ci_lookup_load_driver(void);
+/* Real pointer of hooked symbol `id` (loading the driver first), or NULL. */
+void *ci_lookup_real(ci_hook_id id);
+/* Real pointer of hooked NVML symbol `id` (loading NVML first), or NULL. */
+void *ci_lookup_real_nvml(ci_nvml_hook_id id);
+/* Wrapper to hand out for exported name `name`, or NULL when not hooked. */
+void *ci_lookup_wrapper_by_name(const char *name);
+
+/* Driver entry points the library calls itself (not hooked). NULL if absent. */
+struct ci_driver_calls {
+    CUresult (*cuCtxGetDevice)(CUdevice *dev);
+    CUresult (*cuDeviceGetCount)(int *count);
+    CUresult (*cuDeviceGetAttribute)(int *value, int attrib, CUdevice dev);
+    CUresult (*cuDeviceGetPCIBusId)(char *bus_id, int len, CUdevice dev);
+    CUresult (*cuPointerGetAttribute)(void *data, int attribute, CUdeviceptr ptr);
+    CUresult (*cuMemFree_v2)(CUdeviceptr dptr);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle handle);
+};
+extern struct ci_driver_calls ci_driver;
+
+/* ---- ci_alloc_table.c ---------------------------------------------------- */
+
+#define CI_ALLOC_DEVICE_PTR 1
+#define CI_ALLOC_VMM_HANDLE 2
+
+/* Records (key, kind) -> (bytes, dev). Returns 0, or -1 when memory for the
+ * table could not be obtained (the allocation then stays uncounted at free). */
+int ci_alloc_table_insert(uint64_t key, int kind, uint64_t bytes, int dev);
+/* Removes (key, kind). Returns 0 and fills bytes/dev when found, -1 otherwise. */
+int ci_alloc_table_remove(uint64_t key, int kind, uint64_t *bytes, int *dev);
+/* Drops all entries (forked child: the parent's device memory is not ours). */
+void ci_alloc_table_reset(void);
+void ci_alloc_table_lock_for_fork(void);
+void ci_alloc_table_unlock_after_fork(void);
+
+/* ---- ci_memory.c --------------------------------------------------------- */
+
+/* Reserves `bytes` on `dev` for this process if the workload stays within its
+ * limit. Returns 0 when reserved, -1 when the limit would be exceeded. */
+int ci_memory_reserve(int dev, uint64_t bytes);
+/* Returns a reservation (failed allocation or free). */
+void ci_memory_release(int dev, uint64_t bytes);
+/* Bytes accounted on `dev` for the whole workload. */
+uint64_t ci_memory_workload_used(int dev);
+
+/* ---- ci_tokens.c --------------------------------------------------------- */
+
+/* Counts one launch of `cost` tokens on `dev` and, when the compute limit is
+ * active and the bucket is empty, sleeps (in bounded steps) until it is not. */
+void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn);
+/* Sets the refill rate in tokens per second (0 = unthrottled). */
+void ci_tokens_set_rate(int dev, double rate);
+double ci_tokens_rate(int dev);
+uint64_t ci_tokens_charged(int dev);
+int64_t ci_tokens_available(int dev);
+void ci_tokens_reset(void);
+
+/* ---- ci_controller.c ----------------------------------------------------- */
+
+struct ci_controller {
+    double rate;        /* tokens/s handed to the bucket; 0 = unthrottled */
+    double target;      /* percent */
+    int updates;
+};
+
+/* Starts unthrottled (boosted ramp-up) towards `target_percent`. */
+void ci_controller_init(struct ci_controller *c, double target_percent);
+/* One control step over a measurement window: `util` is the workload's
+ * measured SM utilisation (percent), `consumed` the tokens/s this process
+ * spent in the same window, `binding` whether launches waited for tokens.
+ * Returns the new rate (0 = unthrottled). Pure function of its inputs. */
+double ci_controller_update(struct ci_controller *c, double util, double consumed,
+                            bool binding);
+
+/* ---- ci_signature.c ------------------------------------------------------ */
+
+/* Feeds one launched function handle into the rolling launch signature.
+ * Lock-free for callers: skipped when another thread is updating. */
+void ci_signature_record(const void *fn);
+struct ci_signature_snapshot {
+    uint64_t hash, period_launches, period_ns, iterations;
+};
+void ci_signature_snapshot(struct ci_signature_snapshot *out);
+void ci_signature_reset(void);
+
+/* ---- ci_nvml.c ----------------------------------------------------------- */
+
+/* Loads libnvidia-ml.so.1 and maps CUDA devices to NVML handles. Returns 0
+ * when per-process utilisation can be sampled, -1 otherwise. Monitor thread. */
+int ci_nvml_start(int device_count);
+/* Mean SM utilisation (percent, summed over the workload's processes) of the
+ * samples newer than *last_seen_us on `dev`; advances *last_seen_us. Returns
+ * the number of samples used; 0 when nothing is new; -2 when new samples
+ * exist but none belongs to the workload (util = 0); -1 when NVML failed. */
+int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util);
+/* CUDA ordinal of an NVML handle the monitor mapped, -1 when unknown. */
+int ci_nvml_cuda_index(nvmlDevice_t handle);
+/* Whole-device utilisation (percent) as a conservative fallback, -1 on error. */
+int ci_nvml_device_util(int dev, double *util);
+
+/* ---- ci_monitor.c -------------------------------------------------------- */
+
+/* Starts the monitor thread once per process (again in a forked child). */
+void ci_monitor_start(void);
+/* Forked child: the thread did not survive; allow a restart. */
+void ci_monitor_after_fork_child(void);
+/* Writes this process's counters into its slot now (also done every ~10 ms). */
+void ci_monitor_publish(void);
+
+#endif /* CI_INTERNAL_H */

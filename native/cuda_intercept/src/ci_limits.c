@@ -1,0 +1,252 @@
+/*
+ * ci_limits.c — where the workload's limits come from.
+ *
+ * Sources, strongest first:
+ *   1. the limits file "$ALNAIR_WORKSPACE/limits", written by the device plugin
+ *      or the local agent. When it exists it is the ONLY source: a tenant cannot
+ *      loosen its limits by editing its own environment. A key it omits means
+ *      "no limit" for that resource.
+ *   2. the environment: ALNAIR_VGPU_MEMORY_BYTES, ALNAIR_VGPU_COMPUTE_PERCENT,
+ *      ALNAIR_WORKLOAD_ID (an empty variable counts as unset).
+ *
+ * Limits file format (one key=value per line, '#' starts a comment, blanks
+ * around keys and values ignored):
+ *     memory_bytes = 8Gi        # per GPU; bytes, or K/M/G/T (binary) suffixes
+ *     compute_percent = 30      # 1..100 of one GPU's SMs
+ *     workload_id = default/train-0/main
+ *
+ * Invalid values print one line on stderr and take the strictest meaning:
+ * memory 0 bytes (every allocation fails), compute 1 %. Never "unlimited".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+
+#define CI_LIMITS_FILE_NAME "limits"
+#define CI_LIMITS_FILE_MAX 8192
+
+/* Skips ASCII blanks. */
+static const char *ci_limits_skip_blank(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return s;
+}
+
+int ci_limits_parse_bytes(const char *text, uint64_t *out)
+{
+    if (text == NULL)
+        return -1;
+    const char *s = ci_limits_skip_blank(text);
+    if (*s < '0' || *s > '9')
+        return -1;
+    uint64_t v = 0;
+    while (*s >= '0' && *s <= '9') {
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+        s++;
+    }
+    s = ci_limits_skip_blank(s);
+    unsigned shift = 0;
+    switch (*s) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    case '\0': break;
+    default: return -1;
+    }
+    if (shift != 0) {
+        s++;
+        if (*s == 'i')
+            s++;
+        if (*s == 'B' || *s == 'b')
+            s++;
+    } else if (*s == 'B' || *s == 'b') {
+        s++;
+    }
+    s = ci_limits_skip_blank(s);
+    if (*s != '\0')
+        return -1;
+    if (shift != 0 && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+int ci_limits_parse_percent(const char *text, uint32_t *out)
+{
+    if (text == NULL)
+        return -1;
+    const char *s = ci_limits_skip_blank(text);
+    if (*s < '0' || *s > '9')
+        return -1;
+    unsigned v = 0;
+    while (*s >= '0' && *s <= '9') {
+        v = v * 10 + (unsigned)(*s - '0');
+        if (v > 1000)
+            return -1;
+        s++;
+    }
+    s = ci_limits_skip_blank(s);
+    if (*s == '%')
+        s = ci_limits_skip_blank(s + 1);
+    if (*s != '\0' || v < 1 || v > 100)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Applies one memory value from `origin`; invalid -> 0 bytes, with a message. */
+static void ci_limits_set_memory(struct ci_limits *l, const char *value, const char *origin)
+{
+    uint64_t v;
+    if (ci_limits_parse_bytes(value, &v) == 0) {
+        l->memory_bytes = v;
+        return;
+    }
+    ci_log("invalid memory limit %s=\"%s\": expected bytes such as 8589934592 or 8Gi; "
+           "refusing all GPU memory allocations (limit 0 bytes)", origin, value);
+    l->memory_bytes = 0;
+}
+
+/* Applies one compute value from `origin`; invalid -> 1 %, with a message. */
+static void ci_limits_set_compute(struct ci_limits *l, const char *value, const char *origin)
+{
+    uint32_t v;
+    if (ci_limits_parse_percent(value, &v) == 0) {
+        l->compute_percent = v;
+        return;
+    }
+    ci_log("invalid compute limit %s=\"%s\": expected an integer percent 1..100; "
+           "using the strictest limit, 1%%", origin, value);
+    l->compute_percent = 1;
+}
+
+/* Copies `value` into the fixed workload id field (truncating). */
+static void ci_limits_set_workload(struct ci_limits *l, const char *value)
+{
+    snprintf(l->workload_id, sizeof l->workload_id, "%s", value);
+}
+
+/* Trims trailing blanks and CR in place. */
+static void ci_limits_rtrim(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+}
+
+/* Parses the file contents in `buf` (modified in place). */
+static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *path)
+{
+    char *save = NULL;
+    int lineno = 0;
+    for (char *line = strtok_r(buf, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        char *key = (char *)ci_limits_skip_blank(line);
+        ci_limits_rtrim(key);
+        if (*key == '\0')
+            continue;
+        char *eq = strchr(key, '=');
+        if (eq == NULL) {
+            ci_log("%s:%d: ignoring line without '=': \"%s\"", path, lineno, key);
+            continue;
+        }
+        *eq = '\0';
+        ci_limits_rtrim(key);
+        char *value = (char *)ci_limits_skip_blank(eq + 1);
+        char origin[96];
+        snprintf(origin, sizeof origin, "%s:%d %s", CI_LIMITS_FILE_NAME, lineno, key);
+        if (strcmp(key, "memory_bytes") == 0)
+            ci_limits_set_memory(l, value, origin);
+        else if (strcmp(key, "compute_percent") == 0)
+            ci_limits_set_compute(l, value, origin);
+        else if (strcmp(key, "workload_id") == 0)
+            ci_limits_set_workload(l, value);
+        else
+            ci_log("%s:%d: ignoring unknown key \"%s\"", path, lineno, key);
+    }
+}
+
+/* Reads the limits file. Returns 1 when it exists (and was applied), 0 when
+ * absent. An existing but unreadable file is treated as "everything invalid". */
+static int ci_limits_read_file(struct ci_limits *l)
+{
+    if (l->workspace[0] == '\0')
+        return 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", l->workspace, CI_LIMITS_FILE_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        ci_log("cannot read limits file %s (%s): using the strictest limits", path,
+               strerror(errno));
+        l->memory_bytes = 0;
+        l->compute_percent = 1;
+        return 1;
+    }
+    char buf[CI_LIMITS_FILE_MAX + 1];
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, CI_LIMITS_FILE_MAX - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == CI_LIMITS_FILE_MAX)
+            break;
+    }
+    close(fd);
+    buf[len] = '\0';
+    ci_limits_parse_file(l, buf, path);
+    return 1;
+}
+
+void ci_limits_load(struct ci_limits *out)
+{
+    memset(out, 0, sizeof *out);
+    out->memory_bytes = CI_REGION_UNLIMITED;
+    out->compute_percent = 100;
+    out->source = CI_LIMITS_SOURCE_NONE;
+
+    const char *ws = getenv("ALNAIR_WORKSPACE");
+    if (ws != NULL && ws[0] != '\0') {
+        if (strlen(ws) >= sizeof out->workspace)
+            ci_log("ALNAIR_WORKSPACE is longer than %zu bytes; ignoring it",
+                   sizeof out->workspace - 1);
+        else
+            snprintf(out->workspace, sizeof out->workspace, "%s", ws);
+    }
+    const char *id = getenv("ALNAIR_WORKLOAD_ID");
+    if (id != NULL)
+        ci_limits_set_workload(out, id);
+
+    if (ci_limits_read_file(out)) {
+        out->source = CI_LIMITS_SOURCE_FILE;
+        return;
+    }
+    const char *mem = getenv("ALNAIR_VGPU_MEMORY_BYTES");
+    const char *cpu = getenv("ALNAIR_VGPU_COMPUTE_PERCENT");
+    if (mem != NULL && mem[0] != '\0') {
+        ci_limits_set_memory(out, mem, "ALNAIR_VGPU_MEMORY_BYTES");
+        out->source = CI_LIMITS_SOURCE_ENV;
+    }
+    if (cpu != NULL && cpu[0] != '\0') {
+        ci_limits_set_compute(out, cpu, "ALNAIR_VGPU_COMPUTE_PERCENT");
+        out->source = CI_LIMITS_SOURCE_ENV;
+    }
+}

@@ -1,0 +1,248 @@
+/*
+ * ci_memory.c — the hard GPU memory limit.
+ *
+ * Every allocation first RESERVES its size in this process's slot under the
+ * region lock (refused when the workload's total would pass the limit), then
+ * calls the driver without any lock held, then either records the allocation
+ * (so the free returns exactly that amount) or returns the reservation. A
+ * refusal is CUDA_ERROR_OUT_OF_MEMORY and nothing else happens: the process
+ * goes on, and PyTorch raises a catchable OutOfMemoryError.
+ *
+ * Counted: cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch * height, known after the
+ * call), cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate
+ * (device locations); freed by cuMemFree_v2, cuMemFreeAsync, cuMemRelease.
+ * Reported: cuMemGetInfo_v2 and cuDeviceTotalMem_v2 show min(limit, physical).
+ */
+#include "ci_internal.h"
+
+typedef CUresult (*ci_alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*ci_alloc_pitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*ci_alloc_managed_fn)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*ci_alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*ci_alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*ci_free_fn)(CUdeviceptr);
+typedef CUresult (*ci_free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*ci_create_fn)(CUmemGenericAllocationHandle *, size_t,
+                                 const CUmemAllocationProp *, unsigned long long);
+typedef CUresult (*ci_release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*ci_info_fn)(size_t *, size_t *);
+typedef CUresult (*ci_total_fn)(size_t *, CUdevice);
+
+static int ci_memory_clamp_dev(int dev)
+{
+    return (dev >= 0 && dev < CI_MAX_DEVICES) ? dev : 0;
+}
+
+int ci_memory_reserve(int dev, uint64_t bytes)
+{
+    dev = ci_memory_clamp_dev(dev);
+    int slot = ci_runtime_slot();
+    uint64_t limit = ci_region_memory_limit();
+    struct ci_region *r = ci_region_get();
+    int locked = ci_region_lock();
+    int rc = 0;
+    if (limit != CI_REGION_UNLIMITED) {
+        uint64_t used = ci_region_used_locked(dev);
+        bool over = bytes > limit || used > limit - bytes;
+        if (over && locked == 0 && ci_region_reap_locked() > 0) {
+            used = ci_region_used_locked(dev);
+            over = bytes > limit || used > limit - bytes;
+        }
+        if (over)
+            rc = -1;
+    }
+    if (rc == 0 && slot >= 0) {
+        struct ci_region_device *d = &r->slots[slot].dev[dev];
+        uint64_t now = __atomic_add_fetch(&d->memory_used_bytes, bytes, __ATOMIC_RELAXED);
+        if (now > d->memory_peak_bytes)
+            __atomic_store_n(&d->memory_peak_bytes, now, __ATOMIC_RELAXED);
+    }
+    if (locked == 0)
+        ci_region_unlock();
+    if (rc != 0) {
+        atomic_fetch_add_explicit(&ci_counters[dev].alloc_denied, 1, memory_order_relaxed);
+        ci_debug("refusing %llu bytes on device %d: limit %llu", (unsigned long long)bytes, dev,
+                 (unsigned long long)limit);
+    }
+    return rc;
+}
+
+void ci_memory_release(int dev, uint64_t bytes)
+{
+    dev = ci_memory_clamp_dev(dev);
+    int slot = ci_runtime_slot();
+    if (slot < 0)
+        return;
+    struct ci_region_device *d = &ci_region_get()->slots[slot].dev[dev];
+    int locked = ci_region_lock();
+    uint64_t cur = __atomic_load_n(&d->memory_used_bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->memory_used_bytes, cur > bytes ? cur - bytes : 0, __ATOMIC_RELAXED);
+    if (locked == 0)
+        ci_region_unlock();
+}
+
+uint64_t ci_memory_workload_used(int dev)
+{
+    return ci_region_used_locked(ci_memory_clamp_dev(dev));
+}
+
+/* Records a successful allocation; counts it. */
+static void ci_memory_track(uint64_t key, int kind, uint64_t bytes, int dev)
+{
+    dev = ci_memory_clamp_dev(dev);
+    atomic_fetch_add_explicit(&ci_counters[dev].alloc_count, 1, memory_order_relaxed);
+    if (ci_alloc_table_insert(key, kind, bytes, dev) != 0)
+        ci_log("allocation table full; %llu bytes stay charged after their free",
+               (unsigned long long)bytes);
+}
+
+/* Common tail of the simple allocators: reserve, call, record or give back. */
+#define CI_MEMORY_ALLOC(call, dptr, bytes)                                      \
+    do {                                                                        \
+        ci_runtime_ensure();                                                    \
+        int dev_ = ci_runtime_current_device();                                 \
+        if (ci_memory_reserve(dev_, (bytes)) != 0)                              \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                    \
+        CUresult r_ = (call);                                                   \
+        if (r_ != CUDA_SUCCESS || (dptr) == NULL) {                             \
+            ci_memory_release(dev_, (bytes));                                   \
+            return r_;                                                          \
+        }                                                                       \
+        ci_memory_track(*(dptr), CI_ALLOC_DEVICE_PTR, (bytes), dev_);           \
+        return r_;                                                              \
+    } while (0)
+
+CUresult ci_on_mem_alloc(void *real, CUdeviceptr *dptr, size_t bytes)
+{
+    CI_MEMORY_ALLOC(((ci_alloc_fn)real)(dptr, bytes), dptr, bytes);
+}
+
+CUresult ci_on_mem_alloc_managed(void *real, CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+    CI_MEMORY_ALLOC(((ci_alloc_managed_fn)real)(dptr, bytes, flags), dptr, bytes);
+}
+
+CUresult ci_on_mem_alloc_async(void *real, CUdeviceptr *dptr, size_t bytes, CUstream stream)
+{
+    CI_MEMORY_ALLOC(((ci_alloc_async_fn)real)(dptr, bytes, stream), dptr, bytes);
+}
+
+CUresult ci_on_mem_alloc_from_pool(void *real, CUdeviceptr *dptr, size_t bytes,
+                                   CUmemoryPool pool, CUstream stream)
+{
+    CI_MEMORY_ALLOC(((ci_alloc_pool_fn)real)(dptr, bytes, pool, stream), dptr, bytes);
+}
+
+/* The pitch is chosen by the driver: reserve width*height, then settle on
+ * pitch*height once known, undoing the allocation if that passes the limit. */
+CUresult ci_on_mem_alloc_pitch(void *real, CUdeviceptr *dptr, size_t *pitch, size_t width,
+                               size_t height, unsigned int elem)
+{
+    ci_runtime_ensure();
+    int dev = ci_runtime_current_device();
+    uint64_t guess;
+    if (__builtin_mul_overflow((uint64_t)width, (uint64_t)height, &guess))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ci_memory_reserve(dev, guess) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ((ci_alloc_pitch_fn)real)(dptr, pitch, width, height, elem);
+    if (r != CUDA_SUCCESS || dptr == NULL || pitch == NULL) {
+        ci_memory_release(dev, guess);
+        return r;
+    }
+    uint64_t actual = (uint64_t)*pitch * (uint64_t)height;
+    if (actual > guess) {
+        if (ci_memory_reserve(dev, actual - guess) != 0) {
+            if (ci_driver.cuMemFree_v2 != NULL)
+                ci_driver.cuMemFree_v2(*dptr);
+            ci_memory_release(dev, guess);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else if (actual < guess) {
+        ci_memory_release(dev, guess - actual);
+    }
+    ci_memory_track(*dptr, CI_ALLOC_DEVICE_PTR, actual, dev);
+    return r;
+}
+
+/* Frees: forget the record first (we still own the address, so no other
+ * thread can be handed it yet), put it back if the driver refuses. */
+#define CI_MEMORY_FREE(call, key, kind)                                         \
+    do {                                                                        \
+        ci_runtime_ensure();                                                    \
+        uint64_t bytes_ = 0;                                                    \
+        int dev_ = 0;                                                           \
+        bool found_ = ci_alloc_table_remove((key), (kind), &bytes_, &dev_) == 0; \
+        CUresult r_ = (call);                                                   \
+        if (found_) {                                                           \
+            if (r_ == CUDA_SUCCESS)                                             \
+                ci_memory_release(dev_, bytes_);                                \
+            else                                                                \
+                ci_alloc_table_insert((key), (kind), bytes_, dev_);             \
+        }                                                                       \
+        return r_;                                                              \
+    } while (0)
+
+CUresult ci_on_mem_free(void *real, CUdeviceptr dptr)
+{
+    CI_MEMORY_FREE(((ci_free_fn)real)(dptr), dptr, CI_ALLOC_DEVICE_PTR);
+}
+
+CUresult ci_on_mem_free_async(void *real, CUdeviceptr dptr, CUstream stream)
+{
+    CI_MEMORY_FREE(((ci_free_async_fn)real)(dptr, stream), dptr, CI_ALLOC_DEVICE_PTR);
+}
+
+CUresult ci_on_mem_release(void *real, CUmemGenericAllocationHandle handle)
+{
+    CI_MEMORY_FREE(((ci_release_fn)real)(handle), handle, CI_ALLOC_VMM_HANDLE);
+}
+
+/* Physical memory for the virtual memory API (PyTorch expandable segments).
+ * Only device-located allocations count against the GPU limit. */
+CUresult ci_on_mem_create(void *real, CUmemGenericAllocationHandle *handle, size_t size,
+                          const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    ci_create_fn fn = (ci_create_fn)real;
+    if (prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return fn(handle, size, prop, flags);
+    ci_runtime_ensure();
+    int dev = prop->location.id;
+    if (ci_memory_reserve(dev, size) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fn(handle, size, prop, flags);
+    if (r != CUDA_SUCCESS || handle == NULL) {
+        ci_memory_release(dev, size);
+        return r;
+    }
+    ci_memory_track(*handle, CI_ALLOC_VMM_HANDLE, size, dev);
+    return r;
+}
+
+CUresult ci_on_mem_get_info(void *real, size_t *free_bytes, size_t *total_bytes)
+{
+    ci_runtime_ensure();
+    CUresult r = ((ci_info_fn)real)(free_bytes, total_bytes);
+    uint64_t limit = ci_region_memory_limit();
+    if (r != CUDA_SUCCESS || limit == CI_REGION_UNLIMITED || free_bytes == NULL ||
+        total_bytes == NULL)
+        return r;
+    uint64_t used = ci_memory_workload_used(ci_runtime_current_device());
+    uint64_t total = *total_bytes < limit ? *total_bytes : limit;
+    uint64_t free = total > used ? total - used : 0;
+    if (free > *free_bytes)
+        free = *free_bytes;
+    *total_bytes = (size_t)total;
+    *free_bytes = (size_t)free;
+    return r;
+}
+
+CUresult ci_on_device_total_mem(void *real, size_t *bytes, CUdevice dev)
+{
+    ci_runtime_ensure();
+    CUresult r = ((ci_total_fn)real)(bytes, dev);
+    uint64_t limit = ci_region_memory_limit();
+    if (r == CUDA_SUCCESS && bytes != NULL && limit < *bytes)
+        *bytes = (size_t)limit;
+    return r;
+}

@@ -1,0 +1,232 @@
+/*
+ * ci_monitor.c — the per-process monitor thread.
+ *
+ * Every CI_MONITOR_TICK_NS (10 ms) it copies this process's counters into its
+ * region slot (under the slot's seqlock) and records (time, tokens spent,
+ * time throttled) per device. Every CI_MONITOR_CONTROL_TICKS ticks it asks
+ * NVML for the workload's new utilisation samples and, for a compute limit
+ * below 100 %, feeds the controller with the utilisation and the tokens this
+ * process spent over exactly the window those samples cover.
+ *
+ * Fallbacks, always towards enforcing: samples that never name the workload's
+ * processes (pid namespaces) for over a second -> whole-device utilisation
+ * (over-estimates under co-location, so it throttles more, never less); no
+ * NVML at all -> the rate measured in the first unthrottled window, scaled to
+ * the target (open loop).
+ *
+ * The thread blocks all signals, never takes the region lock and never calls
+ * the CUDA driver.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+#include "ci_internal.h"
+
+#define CI_MONITOR_TICK_NS 10000000ull
+#define CI_MONITOR_CONTROL_TICKS 5
+#define CI_MONITOR_HISTORY 512 /* ticks: 5 s */
+#define CI_MONITOR_NO_MATCH_NS 1000000000ull
+#define CI_MONITOR_OPEN_LOOP_NS 200000000ull
+
+struct ci_monitor_point {
+    uint64_t t_ns, charged, throttled_ns;
+};
+
+struct ci_monitor_dev {
+    struct ci_controller ctl;
+    bool started;
+    uint64_t last_seen_us;
+    uint64_t no_match_ns;
+    uint64_t open_loop_start_ns;
+    uint32_t util;
+    struct ci_monitor_point hist[CI_MONITOR_HISTORY];
+    unsigned hist_next;
+};
+
+static _Atomic int ci_monitor_started;
+static pthread_mutex_t ci_monitor_publish_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ci_monitor_dev ci_monitor_devs[CI_MAX_DEVICES];
+static _Atomic uint32_t ci_monitor_util[CI_MAX_DEVICES];
+
+void ci_monitor_publish(void)
+{
+    int slot = atomic_load_explicit(&ci_state.slot, memory_order_relaxed);
+    struct ci_region *r = ci_region_get();
+    if (slot < 0 || r == NULL)
+        return;
+    struct ci_region_slot *s = &r->slots[slot];
+    struct ci_signature_snapshot sig;
+    ci_signature_snapshot(&sig);
+    pthread_mutex_lock(&ci_monitor_publish_lock);
+    uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, seq | 1u, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int d = 0; d < CI_MAX_DEVICES; d++) {
+        struct ci_region_device *rd = &s->dev[d];
+        struct ci_dev_counters *c = &ci_counters[d];
+#define CI_PUB(field, value) __atomic_store_n(&rd->field, (value), __ATOMIC_RELAXED)
+        CI_PUB(kernel_launches, atomic_load_explicit(&c->launches, memory_order_relaxed));
+        CI_PUB(graph_launches, atomic_load_explicit(&c->graph_launches, memory_order_relaxed));
+        CI_PUB(memcpy_htod_bytes, atomic_load_explicit(&c->htod, memory_order_relaxed));
+        CI_PUB(memcpy_dtoh_bytes, atomic_load_explicit(&c->dtoh, memory_order_relaxed));
+        CI_PUB(memcpy_dtod_bytes, atomic_load_explicit(&c->dtod, memory_order_relaxed));
+        CI_PUB(alloc_count, atomic_load_explicit(&c->alloc_count, memory_order_relaxed));
+        CI_PUB(alloc_denied, atomic_load_explicit(&c->alloc_denied, memory_order_relaxed));
+        CI_PUB(throttled_ns, atomic_load_explicit(&c->throttled_ns, memory_order_relaxed));
+        CI_PUB(tokens_available, ci_tokens_available(d));
+        CI_PUB(token_rate_per_s, (uint64_t)ci_tokens_rate(d));
+        CI_PUB(tokens_charged, ci_tokens_charged(d));
+        CI_PUB(sm_util_percent, atomic_load_explicit(&ci_monitor_util[d], memory_order_relaxed));
+#undef CI_PUB
+    }
+    __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->iteration_period_launches, sig.period_launches, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->iteration_period_ns, sig.period_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->iterations, sig.iterations, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->updated_unix_ns, ci_unix_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, (seq | 1u) + 1u, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ci_monitor_publish_lock);
+}
+
+/* Appends the current (time, spent, throttled) of `dev` to its history. */
+static void ci_monitor_record(struct ci_monitor_dev *m, int dev, uint64_t now)
+{
+    struct ci_monitor_point *p = &m->hist[m->hist_next % CI_MONITOR_HISTORY];
+    p->t_ns = now;
+    p->charged = ci_tokens_charged(dev);
+    p->throttled_ns = atomic_load_explicit(&ci_counters[dev].throttled_ns, memory_order_relaxed);
+    m->hist_next++;
+}
+
+/* The newest history point taken at or before t (the oldest if none). */
+static const struct ci_monitor_point *ci_monitor_at(const struct ci_monitor_dev *m, uint64_t t)
+{
+    unsigned n = m->hist_next < CI_MONITOR_HISTORY ? m->hist_next : CI_MONITOR_HISTORY;
+    const struct ci_monitor_point *best = NULL;
+    for (unsigned i = 1; i <= n; i++) {
+        const struct ci_monitor_point *p = &m->hist[(m->hist_next - i) % CI_MONITOR_HISTORY];
+        best = p;
+        if (p->t_ns <= t)
+            break;
+    }
+    return best;
+}
+
+/* Applies one controller step for the window [t0, t1] (monotonic ns). */
+static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint64_t t0,
+                            uint64_t t1)
+{
+    const struct ci_monitor_point *a = ci_monitor_at(m, t0);
+    const struct ci_monitor_point *b = ci_monitor_at(m, t1);
+    if (a == NULL || b == NULL || b->t_ns <= a->t_ns)
+        return;
+    double seconds = (double)(b->t_ns - a->t_ns) / 1e9;
+    double consumed = (double)(b->charged - a->charged) / seconds;
+    bool binding = b->throttled_ns > a->throttled_ns;
+    double rate = ci_controller_update(&m->ctl, util, consumed, binding);
+    ci_tokens_set_rate(dev, rate);
+    ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s", dev, util,
+             m->ctl.target, consumed, rate);
+}
+
+/* One control period for `dev`. */
+static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, uint64_t now)
+{
+    uint32_t target = ci_region_compute_percent();
+    if (!m->started) {
+        ci_controller_init(&m->ctl, target);
+        m->last_seen_us = ci_unix_ns() / 1000;
+        m->started = true;
+    }
+    m->ctl.target = target;
+    if (target >= 100) {
+        if (ci_tokens_rate(dev) != 0.0)
+            ci_tokens_set_rate(dev, 0.0);
+        if (!nvml_ok)
+            return;
+    }
+    if (!nvml_ok) {
+        /* Open loop: measure the unthrottled pace once, then scale it. */
+        if (m->ctl.rate > 0.0 || ci_tokens_charged(dev) == 0)
+            return;
+        if (m->open_loop_start_ns == 0)
+            m->open_loop_start_ns = now;
+        if (now - m->open_loop_start_ns >= CI_MONITOR_OPEN_LOOP_NS)
+            ci_monitor_step(m, dev, 100.0, m->open_loop_start_ns, now);
+        return;
+    }
+    uint64_t prev_us = m->last_seen_us;
+    double util = 0.0;
+    int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util);
+    if (n == 0 || n == -1)
+        return;
+    /* NVML timestamps are wall-clock microseconds; the history is monotonic. */
+    int64_t offset = (int64_t)ci_unix_ns() - (int64_t)now;
+    uint64_t t0 = (uint64_t)((int64_t)prev_us * 1000 - offset);
+    uint64_t t1 = (uint64_t)((int64_t)m->last_seen_us * 1000 - offset);
+    if (n == -2) {
+        const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
+        bool launched = a != NULL && b != NULL && b->charged > a->charged;
+        m->no_match_ns = launched ? m->no_match_ns + (t1 - t0) : 0;
+        if (m->no_match_ns < CI_MONITOR_NO_MATCH_NS)
+            return;
+        if (ci_nvml_device_util(dev, &util) != 0)
+            return;
+    } else {
+        m->no_match_ns = 0;
+    }
+    atomic_store_explicit(&ci_monitor_util[dev], (uint32_t)(util + 0.5), memory_order_relaxed);
+    if (target < 100)
+        ci_monitor_step(m, dev, util, t0, t1);
+}
+
+static void *ci_monitor_main(void *arg)
+{
+    (void)arg;
+    bool nvml_ok = ci_nvml_start(atomic_load(&ci_state.device_count)) == 0;
+    for (unsigned tick = 1;; tick++) {
+        ci_sleep_ns(CI_MONITOR_TICK_NS);
+        uint64_t now = ci_now_ns();
+        int count = atomic_load(&ci_state.device_count);
+        for (int d = 0; d < count; d++)
+            ci_monitor_record(&ci_monitor_devs[d], d, now);
+        ci_monitor_publish();
+        if (tick % CI_MONITOR_CONTROL_TICKS == 0)
+            for (int d = 0; d < count; d++)
+                ci_monitor_control(&ci_monitor_devs[d], d, nvml_ok, now);
+    }
+    return NULL;
+}
+
+void ci_monitor_start(void)
+{
+    if (atomic_exchange(&ci_monitor_started, 1))
+        return;
+    for (int d = 0; d < CI_MAX_DEVICES; d++)
+        atomic_store(&ci_monitor_util[d], CI_REGION_UNKNOWN_U32);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t thread;
+    int rc = pthread_create(&thread, &attr, ci_monitor_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        ci_log("cannot start the monitor thread (error %d): no metrics, no compute limit", rc);
+        atomic_store(&ci_monitor_started, 0);
+        return;
+    }
+    pthread_setname_np(thread, "alnair-monitor");
+}
+
+void ci_monitor_after_fork_child(void)
+{
+    pthread_mutex_init(&ci_monitor_publish_lock, NULL);
+    memset(ci_monitor_devs, 0, sizeof ci_monitor_devs);
+    atomic_store(&ci_monitor_started, 0);
+}

@@ -1,0 +1,187 @@
+/*
+ * ci_nvml.c — NVML, for two reasons: the monitor samples the workload's SM
+ * utilisation (nvmlDeviceGetProcessUtilization), and tools inside the
+ * workload that ask nvmlDeviceGetMemoryInfo(_v2) must see the memory limit,
+ * not the physical size.
+ *
+ * NVML is opened by the monitor thread only (never on a launch path). CUDA
+ * ordinals map to NVML handles through the PCI bus id, falling back to the
+ * index. The workload's processes are the active slots of the region (their
+ * pid, or host_pid when the node agent filled it in).
+ */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "ci_internal.h"
+
+#define CI_NVML_MAX_SAMPLES 512
+#define CI_NVML_MAX_PIDS (2 * CI_REGION_MAX_SLOTS)
+
+static struct {
+    nvmlReturn_t (*init_v2)(void);
+    nvmlReturn_t (*by_pci_v2)(const char *bus, nvmlDevice_t *dev);
+    nvmlReturn_t (*by_index_v2)(unsigned int index, nvmlDevice_t *dev);
+    nvmlReturn_t (*process_util)(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *samples,
+                                 unsigned int *count, unsigned long long last_seen);
+    nvmlReturn_t (*util_rates)(nvmlDevice_t dev, nvmlUtilization_t *util);
+} ci_nvml_fn;
+
+static nvmlDevice_t ci_nvml_handles[CI_MAX_DEVICES];
+static _Atomic int ci_nvml_count;
+static nvmlProcessUtilizationSample_t ci_nvml_samples[CI_NVML_MAX_SAMPLES];
+
+int ci_nvml_start(int device_count)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (h == NULL) {
+        ci_debug("libnvidia-ml.so.1 not available: no utilisation feedback");
+        return -1;
+    }
+#define CI_NVML_RESOLVE(field, name) \
+    ci_nvml_fn.field = (__typeof__(ci_nvml_fn.field))ci_lookup_real_dlsym(h, name)
+    CI_NVML_RESOLVE(init_v2, "nvmlInit_v2");
+    CI_NVML_RESOLVE(by_pci_v2, "nvmlDeviceGetHandleByPciBusId_v2");
+    CI_NVML_RESOLVE(by_index_v2, "nvmlDeviceGetHandleByIndex_v2");
+    CI_NVML_RESOLVE(process_util, "nvmlDeviceGetProcessUtilization");
+    CI_NVML_RESOLVE(util_rates, "nvmlDeviceGetUtilizationRates");
+#undef CI_NVML_RESOLVE
+    if (ci_nvml_fn.init_v2 == NULL || ci_nvml_fn.process_util == NULL ||
+        ci_nvml_fn.init_v2() != NVML_SUCCESS) {
+        ci_log("NVML present but unusable: compute limit runs without utilisation feedback");
+        return -1;
+    }
+    for (int d = 0; d < device_count && d < CI_MAX_DEVICES; d++) {
+        char bus[64];
+        nvmlDevice_t dev = NULL;
+        bool ok = ci_driver.cuDeviceGetPCIBusId != NULL && ci_nvml_fn.by_pci_v2 != NULL &&
+                  ci_driver.cuDeviceGetPCIBusId(bus, sizeof bus, d) == CUDA_SUCCESS &&
+                  ci_nvml_fn.by_pci_v2(bus, &dev) == NVML_SUCCESS;
+        if (!ok && ci_nvml_fn.by_index_v2 != NULL)
+            ok = ci_nvml_fn.by_index_v2((unsigned)d, &dev) == NVML_SUCCESS;
+        ci_nvml_handles[d] = ok ? dev : NULL;
+    }
+    atomic_store(&ci_nvml_count, device_count);
+    return 0;
+}
+
+int ci_nvml_cuda_index(nvmlDevice_t handle)
+{
+    int n = atomic_load(&ci_nvml_count);
+    for (int d = 0; d < n; d++)
+        if (ci_nvml_handles[d] == handle)
+            return d;
+    return -1;
+}
+
+/* Collects the pids of the workload's live processes from the region. */
+static int ci_nvml_workload_pids(unsigned int *pids)
+{
+    const struct ci_region *r = ci_region_get();
+    int n = 0;
+    for (int i = 0; i < CI_REGION_MAX_SLOTS && n + 2 <= CI_NVML_MAX_PIDS; i++) {
+        const struct ci_region_slot *s = &r->slots[i];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != CI_SLOT_ACTIVE)
+            continue;
+        int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+        int32_t host = __atomic_load_n(&s->host_pid, __ATOMIC_RELAXED);
+        if (pid > 0)
+            pids[n++] = (unsigned)pid;
+        if (host > 0 && host != pid)
+            pids[n++] = (unsigned)host;
+    }
+    return n;
+}
+
+int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util)
+{
+    if (dev < 0 || dev >= atomic_load(&ci_nvml_count) || ci_nvml_handles[dev] == NULL)
+        return -1;
+    unsigned int count = CI_NVML_MAX_SAMPLES;
+    nvmlReturn_t r = ci_nvml_fn.process_util(ci_nvml_handles[dev], ci_nvml_samples, &count,
+                                             *last_seen_us);
+    if (r == NVML_ERROR_NOT_FOUND)
+        return 0; /* no process ran on the device since last_seen */
+    if (r != NVML_SUCCESS)
+        return -1;
+    unsigned int pids[CI_NVML_MAX_PIDS];
+    double sum[CI_NVML_MAX_PIDS];
+    int nsamples[CI_NVML_MAX_PIDS];
+    int npids = ci_nvml_workload_pids(pids);
+    memset(sum, 0, sizeof sum);
+    memset(nsamples, 0, sizeof nsamples);
+    uint64_t newest = *last_seen_us;
+    int used = 0;
+    for (unsigned int i = 0; i < count && i < CI_NVML_MAX_SAMPLES; i++) {
+        const nvmlProcessUtilizationSample_t *s = &ci_nvml_samples[i];
+        if (s->timeStamp <= *last_seen_us)
+            continue;
+        if (s->timeStamp > newest)
+            newest = s->timeStamp;
+        for (int k = 0; k < npids; k++) {
+            if (pids[k] == s->pid) {
+                sum[k] += s->smUtil > 100 ? 100.0 : (double)s->smUtil;
+                nsamples[k]++;
+                used++;
+                break;
+            }
+        }
+    }
+    if (newest == *last_seen_us)
+        return 0;
+    double total = 0.0;
+    for (int k = 0; k < npids; k++)
+        if (nsamples[k] > 0)
+            total += sum[k] / nsamples[k];
+    *util = total > 100.0 ? 100.0 : total;
+    *last_seen_us = newest;
+    return used == 0 ? -2 : used;
+}
+
+int ci_nvml_device_util(int dev, double *util)
+{
+    nvmlUtilization_t u;
+    if (dev < 0 || dev >= atomic_load(&ci_nvml_count) || ci_nvml_handles[dev] == NULL ||
+        ci_nvml_fn.util_rates == NULL || ci_nvml_fn.util_rates(ci_nvml_handles[dev], &u) != NVML_SUCCESS)
+        return -1;
+    *util = (double)u.gpu;
+    return 0;
+}
+
+/* ---- nvmlDeviceGetMemoryInfo(_v2): report the limit ---------------------- */
+
+/* Clamps NVML's view of device memory to the workload's limit and usage. */
+static void ci_nvml_clamp(nvmlDevice_t device, unsigned long long *total,
+                          unsigned long long *free, unsigned long long *used)
+{
+    ci_runtime_ensure_base();
+    uint64_t limit = ci_region_memory_limit();
+    if (limit == CI_REGION_UNLIMITED)
+        return;
+    int dev = ci_nvml_cuda_index(device);
+    uint64_t in_use = ci_memory_workload_used(dev < 0 ? 0 : dev);
+    uint64_t t = *total < limit ? *total : limit;
+    *total = t;
+    *used = in_use < t ? in_use : t;
+    *free = t - *used;
+}
+
+typedef nvmlReturn_t (*ci_nvml_mem_fn)(nvmlDevice_t, nvmlMemory_t *);
+typedef nvmlReturn_t (*ci_nvml_mem2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
+
+nvmlReturn_t ci_on_nvml_memory_info(void *real, nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlReturn_t r = ((ci_nvml_mem_fn)real)(device, memory);
+    if (r == NVML_SUCCESS && memory != NULL)
+        ci_nvml_clamp(device, &memory->total, &memory->free, &memory->used);
+    return r;
+}
+
+nvmlReturn_t ci_on_nvml_memory_info_v2(void *real, nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    nvmlReturn_t r = ((ci_nvml_mem2_fn)real)(device, memory);
+    if (r == NVML_SUCCESS && memory != NULL) {
+        ci_nvml_clamp(device, &memory->total, &memory->free, &memory->used);
+        memory->reserved = 0;
+    }
+    return r;
+}

@@ -1,0 +1,25 @@
+/*
+ * fake_control.h — control API of the fake libcuda (tests only).
+ */
+#ifndef FAKE_CONTROL_H
+#define FAKE_CONTROL_H
+
+#include <stdint.h>
+
+struct fakecuda_sample {
+    uint64_t ts_us;  /* wall clock, end of the sample period */
+    unsigned util;   /* percent of the period the simulated GPU was busy */
+};
+
+/* Calls made to exported symbol `name` of the fake driver. */
+unsigned long fakecuda_calls(const char *name);
+/* The fake driver's own function for `name` (never the interceptor's). */
+void *fakecuda_real(const char *name);
+/* Fake device memory currently allocated, in bytes. */
+uint64_t fakecuda_used_bytes(void);
+/* Utilisation samples newer than last_seen_us (at most max); returns count. */
+int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, int max);
+/* Sets the device cuCtxGetDevice reports for the calling thread. */
+void fakecuda_set_device(int dev);
+
+#endif

@@ -1,0 +1,489 @@
+/*
+ * fake_cuda.c — a fake libcuda.so.1 for CI machines without a GPU. Built for
+ * the tests only; never shipped.
+ *
+ * It exports the driver entry points the interceptor wraps (every _v2, _ptds
+ * and _ptsz variant), resolves them through cuGetProcAddress /
+ * cuGetProcAddress_v2 by (name, version, per-thread flag) like the real
+ * driver, counts calls per exported symbol, keeps fake device memory, and
+ * simulates one GPU's busy time so that fake NVML (fake_nvml.c) can report
+ * per-process SM utilisation that responds to throttling.
+ *
+ * Environment: FAKECUDA_DEVICES (1), FAKECUDA_TOTAL_MEM (16 GiB),
+ * FAKECUDA_SMS (132), FAKECUDA_WAVE_NS (20000: one wave of blocks),
+ * FAKECUDA_GRAPH_NS (200000), FAKENVML_SAMPLE_MS (50), FAKENVML_UTIL (fixed
+ * utilisation override). Control API: fakecuda_* below.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ci_cuda.h"
+#include "fake_control.h"
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define DEV_BASE 0x7f0000000000ull
+#define DEV_SPAN (1ull << 44)
+
+/* ---- configuration ------------------------------------------------------- */
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    return (v != NULL && *v != '\0') ? strtoull(v, NULL, 10) : def;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* ---- call counters -------------------------------------------------------- */
+
+#define MAX_NAMES 256
+static struct {
+    char name[64];
+    unsigned long calls;
+} counters[MAX_NAMES];
+static pthread_mutex_t counters_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_call(const char *name)
+{
+    pthread_mutex_lock(&counters_lock);
+    for (int i = 0; i < MAX_NAMES; i++) {
+        if (counters[i].name[0] == '\0')
+            snprintf(counters[i].name, sizeof counters[i].name, "%s", name);
+        if (strcmp(counters[i].name, name) == 0) {
+            counters[i].calls++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&counters_lock);
+}
+
+FAKE_EXPORT unsigned long fakecuda_calls(const char *name)
+{
+    unsigned long n = 0;
+    pthread_mutex_lock(&counters_lock);
+    for (int i = 0; i < MAX_NAMES && counters[i].name[0] != '\0'; i++)
+        if (strcmp(counters[i].name, name) == 0)
+            n = counters[i].calls;
+    pthread_mutex_unlock(&counters_lock);
+    return n;
+}
+
+/* ---- device memory -------------------------------------------------------- */
+
+#define MEM_SLOTS (1u << 16)
+static struct {
+    uint64_t key;
+    uint64_t bytes;
+    int used;
+} mem[MEM_SLOTS];
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t mem_next = DEV_BASE, mem_used_bytes, handle_next = 1;
+
+static CUresult mem_add(uint64_t key, uint64_t bytes)
+{
+    uint64_t total = env_u64("FAKECUDA_TOTAL_MEM", 16ull << 30);
+    if (mem_used_bytes + bytes > total)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t i = 0, h = (uint32_t)(key >> 4); i < MEM_SLOTS; i++) {
+        uint32_t k = (h + i) & (MEM_SLOTS - 1);
+        if (!mem[k].used) {
+            mem[k].used = 1;
+            mem[k].key = key;
+            mem[k].bytes = bytes;
+            mem_used_bytes += bytes;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult mem_remove(uint64_t key)
+{
+    for (uint32_t i = 0, h = (uint32_t)(key >> 4); i < MEM_SLOTS; i++) {
+        uint32_t k = (h + i) & (MEM_SLOTS - 1);
+        if (mem[k].used && mem[k].key == key) {
+            mem[k].used = 0;
+            mem_used_bytes -= mem[k].bytes;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_alloc(CUdeviceptr *dptr, size_t bytes)
+{
+    if (dptr == NULL || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    uint64_t p = mem_next;
+    CUresult r = mem_add(p, bytes);
+    if (r == CUDA_SUCCESS) {
+        mem_next += (bytes + 511) & ~511ull;
+        *dptr = p;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return r;
+}
+
+static CUresult fake_free(uint64_t key)
+{
+    pthread_mutex_lock(&mem_lock);
+    CUresult r = mem_remove(key);
+    pthread_mutex_unlock(&mem_lock);
+    return r;
+}
+
+FAKE_EXPORT uint64_t fakecuda_used_bytes(void)
+{
+    pthread_mutex_lock(&mem_lock);
+    uint64_t u = mem_used_bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return u;
+}
+
+/* ---- simulated GPU busy time -------------------------------------------- */
+
+#define SAMPLE_RING 4096
+#define FUTURE_PERIODS 64
+static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t gpu_busy_until, gpu_period_ns, gpu_period0; /* period index base time */
+static uint64_t gpu_cur_period;                             /* index of the open period */
+static uint64_t gpu_busy[FUTURE_PERIODS];                   /* busy ns per period, ring */
+static struct fakecuda_sample samples[SAMPLE_RING];
+static uint64_t samples_n;
+
+/* Closes every period that ended before `now`, producing one sample each. */
+static void gpu_advance(uint64_t now)
+{
+    if (gpu_period_ns == 0) {
+        gpu_period_ns = env_u64("FAKENVML_SAMPLE_MS", 50) * 1000000ull;
+        gpu_period0 = now;
+        gpu_cur_period = 0;
+    }
+    uint64_t idx = (now - gpu_period0) / gpu_period_ns;
+    uint64_t off_us = unix_us() - now / 1000; /* realtime = monotonic + offset */
+    const char *fixed = getenv("FAKENVML_UTIL");
+    while (gpu_cur_period < idx) {
+        uint64_t busy = gpu_busy[gpu_cur_period % FUTURE_PERIODS];
+        gpu_busy[gpu_cur_period % FUTURE_PERIODS] = 0;
+        unsigned util = (unsigned)(busy * 100 / gpu_period_ns);
+        if (util > 100)
+            util = 100;
+        if (fixed != NULL && *fixed != '\0')
+            util = (unsigned)atoi(fixed);
+        uint64_t end = gpu_period0 + (gpu_cur_period + 1) * gpu_period_ns;
+        struct fakecuda_sample *s = &samples[samples_n % SAMPLE_RING];
+        s->ts_us = end / 1000 + off_us;
+        s->util = util;
+        samples_n++;
+        gpu_cur_period++;
+    }
+}
+
+/* Puts `dur` ns of work on the timeline; blocks like a full launch queue. */
+static void gpu_submit(uint64_t dur)
+{
+    uint64_t queue_max = 2000000ull;
+    pthread_mutex_lock(&gpu_lock);
+    uint64_t now = mono_ns();
+    gpu_advance(now);
+    uint64_t start = gpu_busy_until > now ? gpu_busy_until : now;
+    uint64_t end = start + dur;
+    gpu_busy_until = end;
+    for (uint64_t t = start; t < end;) {
+        uint64_t idx = (t - gpu_period0) / gpu_period_ns;
+        uint64_t pend = gpu_period0 + (idx + 1) * gpu_period_ns;
+        uint64_t chunk = (end < pend ? end : pend) - t;
+        if (idx < gpu_cur_period + FUTURE_PERIODS)
+            gpu_busy[idx % FUTURE_PERIODS] += chunk;
+        t += chunk;
+    }
+    uint64_t queued = gpu_busy_until - now;
+    pthread_mutex_unlock(&gpu_lock);
+    if (queued > queue_max) {
+        uint64_t ns = queued - queue_max;
+        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+FAKE_EXPORT int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, int max)
+{
+    pthread_mutex_lock(&gpu_lock);
+    gpu_advance(mono_ns());
+    int n = 0;
+    uint64_t first = samples_n > SAMPLE_RING ? samples_n - SAMPLE_RING : 0;
+    for (uint64_t i = first; i < samples_n && n < max; i++)
+        if (samples[i % SAMPLE_RING].ts_us > last_seen_us)
+            out[n++] = samples[i % SAMPLE_RING];
+    pthread_mutex_unlock(&gpu_lock);
+    return n;
+}
+
+static void gpu_launch(uint64_t blocks)
+{
+    uint64_t sms = env_u64("FAKECUDA_SMS", 132);
+    uint64_t waves = (blocks + sms - 1) / (sms ? sms : 1);
+    gpu_submit((waves ? waves : 1) * env_u64("FAKECUDA_WAVE_NS", 20000));
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+static __thread int current_device;
+
+FAKE_EXPORT void fakecuda_set_device(int dev)
+{
+    current_device = dev;
+}
+
+#define F(name, params) FAKE_EXPORT CUresult name params; CUresult name params
+
+F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); return CUDA_SUCCESS; }
+F(cuDeviceGetCount, (int *count)) { *count = (int)env_u64("FAKECUDA_DEVICES", 1); return CUDA_SUCCESS; }
+F(cuDeviceGet, (CUdevice *dev, int ordinal)) { *dev = ordinal; return CUDA_SUCCESS; }
+F(cuCtxGetDevice, (CUdevice *dev)) { *dev = current_device; return CUDA_SUCCESS; }
+F(cuCtxSynchronize, (void)) { count_call("cuCtxSynchronize"); return CUDA_SUCCESS; }
+F(cuDeviceGetAttribute, (int *value, int attrib, CUdevice dev))
+{
+    (void)dev;
+    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? (int)env_u64("FAKECUDA_SMS", 132) : 0;
+    return CUDA_SUCCESS;
+}
+F(cuDeviceGetPCIBusId, (char *bus, int len, CUdevice dev))
+{
+    snprintf(bus, (size_t)len, "00000000:%02X:00.0", 0x10 + dev);
+    return CUDA_SUCCESS;
+}
+F(cuPointerGetAttribute, (void *data, int attribute, CUdeviceptr ptr))
+{
+    if (attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE || ptr < DEV_BASE || ptr >= DEV_BASE + DEV_SPAN)
+        return CUDA_ERROR_INVALID_VALUE;
+    *(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+/* Legacy 32-bit-pointer ABI: must never be wrapped by the interceptor. */
+F(cuMemAlloc, (unsigned int *dptr, size_t bytes)) { (void)bytes; count_call("cuMemAlloc"); *dptr = 0x1000; return CUDA_SUCCESS; }
+
+F(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytes)) { count_call("cuMemAlloc_v2"); return fake_alloc(dptr, bytes); }
+F(cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytes, unsigned int flags)) { (void)flags; count_call("cuMemAllocManaged"); return fake_alloc(dptr, bytes); }
+F(cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem))
+{
+    (void)elem;
+    count_call("cuMemAllocPitch_v2");
+    *pitch = (width + 511) & ~(size_t)511;
+    return fake_alloc(dptr, *pitch * height);
+}
+#define ASYNC_ALLOC(name) F(name, (CUdeviceptr *dptr, size_t bytes, CUstream s)) { (void)s; count_call(#name); return fake_alloc(dptr, bytes); }
+ASYNC_ALLOC(cuMemAllocAsync)
+ASYNC_ALLOC(cuMemAllocAsync_ptsz)
+#define POOL_ALLOC(name) F(name, (CUdeviceptr *dptr, size_t bytes, CUmemoryPool p, CUstream s)) { (void)p; (void)s; count_call(#name); return fake_alloc(dptr, bytes); }
+POOL_ALLOC(cuMemAllocFromPoolAsync)
+POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
+F(cuMemFree_v2, (CUdeviceptr dptr)) { count_call("cuMemFree_v2"); return fake_free(dptr); }
+#define ASYNC_FREE(name) F(name, (CUdeviceptr dptr, CUstream s)) { (void)s; count_call(#name); return fake_free(dptr); }
+ASYNC_FREE(cuMemFreeAsync)
+ASYNC_FREE(cuMemFreeAsync_ptsz)
+F(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags))
+{
+    (void)prop; (void)flags;
+    count_call("cuMemCreate");
+    pthread_mutex_lock(&mem_lock);
+    uint64_t key = (handle_next++) << 4 | 0xF0000000000ull;
+    CUresult r = mem_add(key, size);
+    pthread_mutex_unlock(&mem_lock);
+    if (r == CUDA_SUCCESS)
+        *h = key;
+    return r;
+}
+F(cuMemRelease, (CUmemGenericAllocationHandle h)) { count_call("cuMemRelease"); return fake_free(h); }
+F(cuMemGetInfo_v2, (size_t *free_bytes, size_t *total_bytes))
+{
+    count_call("cuMemGetInfo_v2");
+    uint64_t total = env_u64("FAKECUDA_TOTAL_MEM", 16ull << 30);
+    *total_bytes = total;
+    *free_bytes = total - fakecuda_used_bytes();
+    return CUDA_SUCCESS;
+}
+F(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev)) { (void)dev; count_call("cuDeviceTotalMem_v2"); *bytes = env_u64("FAKECUDA_TOTAL_MEM", 16ull << 30); return CUDA_SUCCESS; }
+
+#define LAUNCH(name) \
+    F(name, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, CUstream s, void **p, void **e)) \
+    { (void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e; count_call(#name); gpu_launch((uint64_t)gx * gy * gz); return CUDA_SUCCESS; }
+LAUNCH(cuLaunchKernel)
+LAUNCH(cuLaunchKernel_ptsz)
+#define LAUNCH_EX(name) \
+    F(name, (const CUlaunchConfig *c, CUfunction f, void **p, void **e)) \
+    { (void)f; (void)p; (void)e; count_call(#name); gpu_launch((uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ); return CUDA_SUCCESS; }
+LAUNCH_EX(cuLaunchKernelEx)
+LAUNCH_EX(cuLaunchKernelEx_ptsz)
+#define LAUNCH_COOP(name) \
+    F(name, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, CUstream s, void **p)) \
+    { (void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; count_call(#name); gpu_launch((uint64_t)gx * gy * gz); return CUDA_SUCCESS; }
+LAUNCH_COOP(cuLaunchCooperativeKernel)
+LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
+#define GRAPH(name) F(name, (CUgraphExec g, CUstream s)) { (void)g; (void)s; count_call(#name); gpu_submit(env_u64("FAKECUDA_GRAPH_NS", 200000)); return CUDA_SUCCESS; }
+GRAPH(cuGraphLaunch)
+GRAPH(cuGraphLaunch_ptsz)
+
+#define COPY3(name, t1, t2) F(name, (t1 a, t2 b, size_t n)) { (void)a; (void)b; (void)n; count_call(#name); return CUDA_SUCCESS; }
+#define COPY4(name, t1, t2) F(name, (t1 a, t2 b, size_t n, CUstream s)) { (void)a; (void)b; (void)n; (void)s; count_call(#name); return CUDA_SUCCESS; }
+COPY3(cuMemcpyHtoD_v2, CUdeviceptr, const void *)
+COPY3(cuMemcpyHtoD_v2_ptds, CUdeviceptr, const void *)
+COPY3(cuMemcpyDtoH_v2, void *, CUdeviceptr)
+COPY3(cuMemcpyDtoH_v2_ptds, void *, CUdeviceptr)
+COPY3(cuMemcpyDtoD_v2, CUdeviceptr, CUdeviceptr)
+COPY3(cuMemcpyDtoD_v2_ptds, CUdeviceptr, CUdeviceptr)
+COPY3(cuMemcpy, CUdeviceptr, CUdeviceptr)
+COPY3(cuMemcpy_ptds, CUdeviceptr, CUdeviceptr)
+COPY4(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *)
+COPY4(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void *)
+COPY4(cuMemcpyDtoHAsync_v2, void *, CUdeviceptr)
+COPY4(cuMemcpyDtoHAsync_v2_ptsz, void *, CUdeviceptr)
+COPY4(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr)
+COPY4(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr)
+COPY4(cuMemcpyAsync, CUdeviceptr, CUdeviceptr)
+COPY4(cuMemcpyAsync_ptsz, CUdeviceptr, CUdeviceptr)
+#define PEER(name) F(name, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)) { (void)d; (void)dc; (void)s; (void)sc; (void)n; count_call(#name); return CUDA_SUCCESS; }
+#define PEER_ASYNC(name) F(name, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st)) { (void)d; (void)dc; (void)s; (void)sc; (void)n; (void)st; count_call(#name); return CUDA_SUCCESS; }
+PEER(cuMemcpyPeer)
+PEER(cuMemcpyPeer_ptds)
+PEER_ASYNC(cuMemcpyPeerAsync)
+PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
+#define C2D(name) F(name, (const CUDA_MEMCPY2D *c)) { (void)c; count_call(#name); return CUDA_SUCCESS; }
+#define C2DA(name) F(name, (const CUDA_MEMCPY2D *c, CUstream s)) { (void)c; (void)s; count_call(#name); return CUDA_SUCCESS; }
+#define C3D(name) F(name, (const CUDA_MEMCPY3D *c)) { (void)c; count_call(#name); return CUDA_SUCCESS; }
+#define C3DA(name) F(name, (const CUDA_MEMCPY3D *c, CUstream s)) { (void)c; (void)s; count_call(#name); return CUDA_SUCCESS; }
+C2D(cuMemcpy2D_v2)
+C2D(cuMemcpy2D_v2_ptds)
+C2D(cuMemcpy2DUnaligned_v2)
+C2D(cuMemcpy2DUnaligned_v2_ptds)
+C2DA(cuMemcpy2DAsync_v2)
+C2DA(cuMemcpy2DAsync_v2_ptsz)
+C3D(cuMemcpy3D_v2)
+C3D(cuMemcpy3D_v2_ptds)
+C3DA(cuMemcpy3DAsync_v2)
+C3DA(cuMemcpy3DAsync_v2_ptsz)
+
+/* ---- cuGetProcAddress ---------------------------------------------------- */
+
+F(cuGetProcAddress, (const char *symbol, void **pfn, int version, cuuint64_t flags));
+F(cuGetProcAddress_v2, (const char *symbol, void **pfn, int version, cuuint64_t flags,
+                        CUdriverProcAddressQueryResult *status));
+
+struct entry {
+    const char *name, *base;
+    int version, per_thread;
+    void *fn;
+};
+
+#define E(sym, base, ver, ptds) {#sym, #base, ver, ptds, (void *)sym}
+static const struct entry table[] = {
+    E(cuInit, cuInit, 2000, 0), E(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
+    E(cuDeviceGet, cuDeviceGet, 2000, 0), E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
+    E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
+    E(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
+    E(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, 0),
+    E(cuPointerGetAttribute, cuPointerGetAttribute, 4000, 0),
+    E(cuGetProcAddress, cuGetProcAddress, 11030, 0), E(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0),
+    E(cuMemAlloc, cuMemAlloc, 2000, 0), E(cuMemAlloc_v2, cuMemAlloc, 3020, 0),
+    E(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0), E(cuMemAllocManaged, cuMemAllocManaged, 6000, 0),
+    E(cuMemAllocAsync, cuMemAllocAsync, 11020, 0), E(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1),
+    E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0),
+    E(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1),
+    E(cuMemFree_v2, cuMemFree, 3020, 0), E(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),
+    E(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1), E(cuMemCreate, cuMemCreate, 10020, 0),
+    E(cuMemRelease, cuMemRelease, 10020, 0), E(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0),
+    E(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0),
+    E(cuLaunchKernel, cuLaunchKernel, 4000, 0), E(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1),
+    E(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0), E(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1),
+    E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0),
+    E(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1),
+    E(cuGraphLaunch, cuGraphLaunch, 10000, 0), E(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1),
+    E(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0), E(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, 1),
+    E(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0), E(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 1),
+    E(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0), E(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 1),
+    E(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0), E(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, 1),
+    E(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0), E(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, 1),
+    E(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0), E(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1),
+    E(cuMemcpy, cuMemcpy, 4000, 0), E(cuMemcpy_ptds, cuMemcpy, 7000, 1),
+    E(cuMemcpyAsync, cuMemcpyAsync, 4000, 0), E(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, 1),
+    E(cuMemcpyPeer, cuMemcpyPeer, 4000, 0), E(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, 1),
+    E(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0), E(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, 1),
+    E(cuMemcpy2D_v2, cuMemcpy2D, 3020, 0), E(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, 1),
+    E(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, 0), E(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, 1),
+    E(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0), E(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1),
+    E(cuMemcpy3D_v2, cuMemcpy3D, 3020, 0), E(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, 1),
+    E(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0), E(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1),
+};
+
+/* Like the driver: the newest ABI of `symbol` not newer than `version`, the
+ * per-thread variant when asked for and available. */
+static int resolve(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? 1 : 0;
+    const struct entry *best = NULL;
+    int found_name = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        const struct entry *e = &table[i];
+        if (strcmp(e->base, symbol) != 0)
+            continue;
+        found_name = 1;
+        if (e->version > version || (e->per_thread && !want_pt))
+            continue;
+        if (best == NULL || e->per_thread > best->per_thread ||
+            (e->per_thread == best->per_thread && e->version > best->version))
+            best = e;
+    }
+    if (best == NULL) {
+        *pfn = NULL;
+        return found_name ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                          : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    }
+    *pfn = best->fn;
+    return CU_GET_PROC_ADDRESS_SUCCESS;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    count_call("cuGetProcAddress");
+    if (symbol == NULL || pfn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return resolve(symbol, pfn, version, flags) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status)
+{
+    count_call("cuGetProcAddress_v2");
+    if (symbol == NULL || pfn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    int st = resolve(symbol, pfn, version, flags);
+    if (status != NULL)
+        *status = st;
+    return st == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+FAKE_EXPORT void *fakecuda_real(const char *name)
+{
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].name, name) == 0)
+            return table[i].fn;
+    return NULL;
+}
