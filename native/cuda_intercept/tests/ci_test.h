@@ -1,0 +1,108 @@
+/*
+ * ci_test.h — helpers shared by the C test programs. Each program runs with
+ * LD_PRELOAD=libalnair_cuda.so, LD_LIBRARY_PATH=<fake driver dir> and a fresh
+ * ALNAIR_WORKSPACE (tests/run_tests.sh), prints one "ok ..." line per check
+ * group and exits 0, or prints the failing check and exits 1.
+ */
+#ifndef CI_TEST_H
+#define CI_TEST_H
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ci_cuda.h"
+#include "ci_hooks.h"
+#include "ci_region_layout.h"
+#include "fake_control.h"
+
+/* Prototypes of every wrapped driver / NVML entry point, from the one list. */
+#define CT_X_DECL(sym, base, ver, ptds, handler, params, args) CUresult sym params;
+CI_CUDA_HOOKS(CT_X_DECL)
+#undef CT_X_DECL
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, "\n");                                              \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+#define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS, "%s failed", #call)
+
+static inline double ct_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static inline void ct_sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Maps the workspace region read-write (tests also poke the lock). */
+static inline struct ci_region *ct_region(void)
+{
+    const char *ws = getenv("ALNAIR_WORKSPACE");
+    CHECK(ws != NULL, "ALNAIR_WORKSPACE not set");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", ws, CI_REGION_FILE_NAME);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0, "cannot open %s", path);
+    void *p = mmap(NULL, sizeof(struct ci_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(p != MAP_FAILED, "cannot map %s", path);
+    return p;
+}
+
+/* The active slot of process `pid`, or NULL. */
+static inline struct ci_region_slot *ct_slot_of(struct ci_region *r, int pid)
+{
+    for (int i = 0; i < CI_REGION_MAX_SLOTS; i++)
+        if (r->slots[i].state == CI_SLOT_ACTIVE && r->slots[i].pid == pid)
+            return &r->slots[i];
+    return NULL;
+}
+
+/* Waits (up to 2 s) until the monitor has published a record of slot `s`
+ * for which field >= want; returns the last value seen. */
+#define CT_WAIT_FIELD(s, devi, field, want)                                      \
+    ({                                                                          \
+        uint64_t v_ = 0;                                                        \
+        for (int i_ = 0; i_ < 400; i_++) {                                      \
+            v_ = __atomic_load_n(&(s)->dev[devi].field, __ATOMIC_ACQUIRE);       \
+            if (v_ >= (uint64_t)(want))                                         \
+                break;                                                          \
+            ct_sleep_ms(5);                                                     \
+        }                                                                       \
+        v_;                                                                     \
+    })
+
+static inline void ct_set_env(const char *k, const char *v)
+{
+    CHECK(setenv(k, v, 1) == 0, "setenv %s", k);
+}
+
+/* Writes the workspace limits file. */
+static inline void ct_write_limits(const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/limits", getenv("ALNAIR_WORKSPACE"));
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+#endif
