@@ -60,7 +60,7 @@ int ci_limits_parse_bytes(const char *text, uint64_t *out)
     case 'm': case 'M': shift = 20; break;
     case 'g': case 'G': shift = 30; break;
     case 't': case 'T': shift = 40; break;
-    case '\0': break;
+    case 'b': case 'B': case '\0': break;
     default: return -1;
     }
     if (shift != 0) {

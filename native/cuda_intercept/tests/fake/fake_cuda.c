@@ -487,3 +487,23 @@ FAKE_EXPORT void *fakecuda_real(const char *name)
             return table[i].fn;
     return NULL;
 }
+
+/* Forked children (tests fork under load) must not inherit a held lock. */
+static void fake_prepare(void)
+{
+    pthread_mutex_lock(&counters_lock);
+    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&gpu_lock);
+}
+
+static void fake_after(void)
+{
+    pthread_mutex_unlock(&gpu_lock);
+    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&counters_lock);
+}
+
+__attribute__((constructor)) static void fake_init(void)
+{
+    pthread_atfork(fake_prepare, fake_after, fake_after);
+}

@@ -1,0 +1,74 @@
+/*
+ * test_limits_parse — unit test of ci_limits.c: the value grammar, file
+ * parsing, precedence and the strict interpretation of invalid input.
+ */
+#include "ci_internal.h"
+#include "ci_test.h"
+
+static void bytes(const char *text, int rc, uint64_t want)
+{
+    uint64_t v = 12345;
+    int got = ci_limits_parse_bytes(text, &v);
+    CHECK(got == rc, "parse_bytes(\"%s\") rc %d", text, got);
+    if (rc == 0)
+        CHECK(v == want, "parse_bytes(\"%s\") = %llu", text, (unsigned long long)v);
+}
+
+static void percent(const char *text, int rc, uint32_t want)
+{
+    uint32_t v = 0;
+    int got = ci_limits_parse_percent(text, &v);
+    CHECK(got == rc, "parse_percent(\"%s\") rc %d", text, got);
+    if (rc == 0)
+        CHECK(v == want, "parse_percent(\"%s\") = %u", text, v);
+}
+
+int main(void)
+{
+    bytes("0", 0, 0);
+    bytes("8589934592", 0, 8589934592ull);
+    bytes("8Gi", 0, 8ull << 30);
+    bytes("8G", 0, 8ull << 30);
+    bytes(" 512 MiB ", 0, 512ull << 20);
+    bytes("1k", 0, 1024);
+    bytes("2T", 0, 2ull << 40);
+    bytes("100B", 0, 100);
+    bytes("", -1, 0);
+    bytes("-1", -1, 0);
+    bytes("1.5G", -1, 0);
+    bytes("lots", -1, 0);
+    bytes("99999999999999999999", -1, 0);
+    bytes("17179869184T", -1, 0);
+    bytes("8Gx", -1, 0);
+    percent("1", 0, 1);
+    percent("100", 0, 100);
+    percent(" 30% ", 0, 30);
+    percent("0", -1, 0);
+    percent("101", -1, 0);
+    percent("250", -1, 0);
+    percent("3.5", -1, 0);
+    percent("", -1, 0);
+    printf("ok value grammar\n");
+
+    struct ci_limits l;
+    unsetenv("ALNAIR_VGPU_MEMORY_BYTES");
+    unsetenv("ALNAIR_VGPU_COMPUTE_PERCENT");
+    ci_limits_load(&l);
+    CHECK(l.memory_bytes == CI_REGION_UNLIMITED && l.compute_percent == 100 &&
+              l.source == CI_LIMITS_SOURCE_NONE, "defaults: no limits");
+    ct_set_env("ALNAIR_VGPU_MEMORY_BYTES", "4Gi");
+    ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", "25");
+    ct_set_env("ALNAIR_WORKLOAD_ID", "env-id");
+    ci_limits_load(&l);
+    CHECK(l.memory_bytes == 4ull << 30 && l.compute_percent == 25 &&
+              l.source == CI_LIMITS_SOURCE_ENV && strcmp(l.workload_id, "env-id") == 0, "env");
+    ct_write_limits("compute_percent=60\r\n\n  # nothing else\nbogus line\nunknown_key=1\n");
+    ci_limits_load(&l);
+    CHECK(l.source == CI_LIMITS_SOURCE_FILE && l.compute_percent == 60, "file compute");
+    CHECK(l.memory_bytes == CI_REGION_UNLIMITED, "file without memory key: no memory limit, env ignored");
+    ct_write_limits("memory_bytes = nonsense\ncompute_percent = 0\n");
+    ci_limits_load(&l);
+    CHECK(l.memory_bytes == 0 && l.compute_percent == 1, "invalid file values are strictest");
+    printf("ok precedence and strict fallbacks\n");
+    return 0;
+}
