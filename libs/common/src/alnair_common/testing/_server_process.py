@@ -4,17 +4,24 @@ Why a process group: several servers fork helpers (Prometheus does not, but a sh
 wrapper or a future binary might), and a test that fails half-way must not leave any of
 them behind. Stopping signals the whole group: SIGTERM, then SIGKILL after a grace period.
 Every started process is also remembered in a module-level registry that an ``atexit``
-hook drains, so an interpreter that exits without running the fixtures' finalizers (an
-internal error, ``pytest -x`` in an odd state) still reaps its servers.
+hook drains, so an interpreter that exits without running the fixtures' finalizers still
+reaps its servers. Where no Python code runs at all — pytest killed by SIGTERM or SIGKILL
+from a CI timeout — Linux's parent-death signal (``PR_SET_PDEATHSIG``) kills each server
+with its parent. The kernel ties that signal to the *thread* that forked, so it is only
+armed for servers started from the main thread, where pytest runs fixtures.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ._plane_errors import ServerStartError
@@ -49,6 +56,7 @@ class ServerProcess:
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent_hook(),
             )
         except OSError as e:
             self._log.close()
@@ -103,6 +111,32 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"ServerProcess({self.name!r}, pid={self.pid}, log={str(self.log_path)!r})"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A pre-exec hook arming SIGKILL on parent death, or None where it cannot apply.
+
+    The hook only calls an already-resolved libc function, which is safe between fork and
+    exec even with other threads around.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return arm
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

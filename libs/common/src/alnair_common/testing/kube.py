@@ -142,9 +142,13 @@ class KubePlane:
         return self.apply_crds(d for d in docs if d.get("kind") == "CustomResourceDefinition")
 
     def stop(self) -> None:
-        """Stop the apiserver before etcd so it does not spend its grace period retrying."""
+        """Stop the apiserver before etcd so it does not spend its grace period retrying.
+
+        The grace period is short: a graceful apiserver shutdown drains watches for many
+        seconds, and nothing in a test plane is worth keeping.
+        """
         for process in reversed(self.processes):
-            process.stop()
+            process.stop(grace_seconds=3.0)
 
 
 @dataclass

@@ -52,7 +52,7 @@ def locate() -> Testbin:
         raise BinaryMissingError(
             f"test binary directory {directory} does not exist"
             f"{' ($' + ENV_VAR + ')' if configured else ''}; run `scripts/testbin` "
-            f"(builds Kubernetes, etcd, kwok and FerretDB, ~1 h cold on 2 cores) and "
+            f"(builds Kubernetes, etcd, kwok and FerretDB, about 6 min cold on 2 cores) and "
             f"`export {ENV_VAR}=$(scripts/testbin | tail -1)`"
         )
     return Testbin(directory.resolve())
