@@ -56,6 +56,13 @@ static const struct {
 #undef CI_X_INFO
 };
 
+/* dlsym runs before the sanitizer runtimes are initialised (they resolve
+ * their own interceptors through it) and must tail-call the real dlsym so that
+ * RTLD_NEXT stays relative to the original caller: the whole dlsym path is
+ * kept free of instrumentation and keeps sibling calls in every build. */
+#define CI_DLSYM_PATH \
+    __attribute__((no_sanitize("address", "thread", "undefined"), optimize("optimize-sibling-calls")))
+
 static void *_Atomic ci_real_cuda[CI_HOOK_COUNT];
 static void *_Atomic ci_real_nvml[CI_NVML_HOOK_COUNT];
 struct ci_driver_calls ci_driver;
@@ -67,7 +74,7 @@ static pthread_once_t ci_nvml_once = PTHREAD_ONCE_INIT;
 
 /* Finds the C library's dlsym. glibc >= 2.34 has it in libc as GLIBC_2.34;
  * older ones in libdl as GLIBC_2.2.5 (x86_64) or GLIBC_2.17 (aarch64). */
-static ci_dlsym_fn ci_lookup_find_real_dlsym(void)
+CI_DLSYM_PATH static ci_dlsym_fn ci_lookup_find_real_dlsym(void)
 {
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17",
                                            "GLIBC_2.0"};
@@ -90,7 +97,7 @@ static ci_dlsym_fn ci_lookup_find_real_dlsym(void)
     return NULL;
 }
 
-void *ci_lookup_real_dlsym(void *handle, const char *name)
+CI_DLSYM_PATH void *ci_lookup_real_dlsym(void *handle, const char *name)
 {
     ci_dlsym_fn fn = atomic_load_explicit(&ci_real_dlsym_ptr, memory_order_acquire);
     if (CI_UNLIKELY(fn == NULL)) {
@@ -105,7 +112,7 @@ void *ci_lookup_real_dlsym(void *handle, const char *name)
 }
 
 /* True when p is one of our own wrappers (must never be stored as "real"). */
-static bool ci_lookup_is_wrapper(const void *p)
+CI_DLSYM_PATH static bool ci_lookup_is_wrapper(const void *p)
 {
     for (int i = 0; i < CI_HOOK_COUNT; i++)
         if (ci_hook_table[i].wrapper == p)
@@ -117,7 +124,7 @@ static bool ci_lookup_is_wrapper(const void *p)
 }
 
 /* Stores a real pointer for hook `id` unless one is known or p is ours. */
-static void ci_lookup_offer_real(int id, void *p)
+CI_DLSYM_PATH static void ci_lookup_offer_real(int id, void *p)
 {
     if (p == NULL || ci_lookup_is_wrapper(p))
         return;
@@ -184,7 +191,7 @@ void *ci_lookup_real_nvml(ci_nvml_hook_id id)
     return atomic_load_explicit(&ci_real_nvml[id], memory_order_acquire);
 }
 
-void *ci_lookup_wrapper_by_name(const char *name)
+CI_DLSYM_PATH void *ci_lookup_wrapper_by_name(const char *name)
 {
     if (name[0] == 'c' && name[1] == 'u') {
         for (int i = 0; i < CI_HOOK_COUNT; i++)
@@ -199,7 +206,7 @@ void *ci_lookup_wrapper_by_name(const char *name)
 }
 
 /* Records a real pointer obtained by someone else's dlsym for a hooked name. */
-static void ci_lookup_note_real(const char *name, void *p)
+CI_DLSYM_PATH static void ci_lookup_note_real(const char *name, void *p)
 {
     if (name[0] == 'c') {
         for (int i = 0; i < CI_HOOK_COUNT; i++)
@@ -217,7 +224,7 @@ static void ci_lookup_note_real(const char *name, void *p)
 /* The dlsym everyone in the process calls. For hooked names that exist in
  * `handle` it answers with our wrapper; everything else is a tail call into
  * the real dlsym so that RTLD_NEXT keeps meaning "after the caller". */
-CI_EXPORT void *dlsym(void *handle, const char *name)
+CI_DLSYM_PATH CI_EXPORT void *dlsym(void *handle, const char *name)
 {
     if ((name[0] == 'c' && name[1] == 'u') || name[0] == 'n') {
         void *wrapper = ci_lookup_wrapper_by_name(name);

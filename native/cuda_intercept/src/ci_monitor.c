@@ -61,11 +61,12 @@ void ci_monitor_publish(void)
     pthread_mutex_lock(&ci_monitor_publish_lock);
     uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, seq | 1u, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    /* Every field store below is a release store, so none of them can become
+     * visible before the odd sequence number (a fence, without TSAN support). */
     for (int d = 0; d < CI_MAX_DEVICES; d++) {
         struct ci_region_device *rd = &s->dev[d];
         struct ci_dev_counters *c = &ci_counters[d];
-#define CI_PUB(field, value) __atomic_store_n(&rd->field, (value), __ATOMIC_RELAXED)
+#define CI_PUB(field, value) __atomic_store_n(&rd->field, (value), __ATOMIC_RELEASE)
         CI_PUB(kernel_launches, atomic_load_explicit(&c->launches, memory_order_relaxed));
         CI_PUB(graph_launches, atomic_load_explicit(&c->graph_launches, memory_order_relaxed));
         CI_PUB(memcpy_htod_bytes, atomic_load_explicit(&c->htod, memory_order_relaxed));
@@ -80,11 +81,11 @@ void ci_monitor_publish(void)
         CI_PUB(sm_util_percent, atomic_load_explicit(&ci_monitor_util[d], memory_order_relaxed));
 #undef CI_PUB
     }
-    __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->iteration_period_launches, sig.period_launches, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->iteration_period_ns, sig.period_ns, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->iterations, sig.iterations, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->updated_unix_ns, ci_unix_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->iteration_period_launches, sig.period_launches, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->iteration_period_ns, sig.period_ns, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->iterations, sig.iterations, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->updated_unix_ns, ci_unix_ns(), __ATOMIC_RELEASE);
     __atomic_store_n(&s->seq, (seq | 1u) + 1u, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ci_monitor_publish_lock);
 }

@@ -19,7 +19,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 
 static struct nvmlDevice_st {
     int index;
-} devices[16];
+} devices[16] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
 
 N(nvmlInit_v2, (void)) { return NVML_SUCCESS; }
 N(nvmlShutdown, (void)) { return NVML_SUCCESS; }
@@ -33,7 +33,6 @@ N(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t *dev))
 {
     if (index >= 16)
         return NVML_ERROR_INVALID_ARGUMENT;
-    devices[index].index = (int)index;
     *dev = &devices[index];
     return NVML_SUCCESS;
 }
