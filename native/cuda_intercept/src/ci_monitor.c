@@ -28,6 +28,7 @@
 #define CI_MONITOR_HISTORY 512 /* ticks: 5 s */
 #define CI_MONITOR_NO_MATCH_NS 1000000000ull
 #define CI_MONITOR_OPEN_LOOP_NS 200000000ull
+#define CI_MONITOR_FALLBACK_WINDOW_NS 200000000ull
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -39,6 +40,7 @@ struct ci_monitor_dev {
     uint64_t last_seen_us;
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
+    uint64_t fallback_step_ns;
     uint32_t util;
     struct ci_monitor_point hist[CI_MONITOR_HISTORY];
     unsigned hist_next;
@@ -172,8 +174,14 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         m->no_match_ns = launched ? m->no_match_ns + (t1 - t0) : 0;
         if (m->no_match_ns < CI_MONITOR_NO_MATCH_NS)
             return;
-        if (ci_nvml_device_util(dev, &util) != 0)
+        /* Device utilisation is an average over NVML's own (unknown) period:
+         * step slower, over a longer consumption window, to stay smooth. */
+        if (now - m->fallback_step_ns < CI_MONITOR_FALLBACK_WINDOW_NS ||
+            ci_nvml_device_util(dev, &util) != 0)
             return;
+        t0 = now > CI_MONITOR_FALLBACK_WINDOW_NS ? now - CI_MONITOR_FALLBACK_WINDOW_NS : 0;
+        t1 = now;
+        m->fallback_step_ns = now;
     } else {
         m->no_match_ns = 0;
     }
