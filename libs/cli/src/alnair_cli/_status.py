@@ -1,0 +1,38 @@
+"""``alnair status``: the local platform's services and their health."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from alnair.v1 import platform_pb2
+
+_STATE = {
+    platform_pb2.PROCESS_STATE_STARTING: "starting",
+    platform_pb2.PROCESS_STATE_RUNNING: "running",
+    platform_pb2.PROCESS_STATE_BACKOFF: "restarting",
+    platform_pb2.PROCESS_STATE_STOPPED: "stopped",
+}
+
+
+def healthy(status: platform_pb2.PlatformStatus) -> bool:
+    return bool(status.services) and all(
+        s.state == platform_pb2.PROCESS_STATE_RUNNING and s.HasField("health") and s.health.ready
+        for s in status.services
+    )
+
+
+def status_table(status: platform_pb2.PlatformStatus) -> Table:
+    table = Table(title=f"Alnair local platform — NATS {status.nats_url}", title_justify="left")
+    for column in ("service", "state", "pid", "restarts", "health", "role"):
+        table.add_column(column)
+    for s in status.services:
+        if not s.HasField("health"):
+            health = "[red]no answer[/]"
+        elif s.health.ready:
+            health = "[green]ready[/]"
+        else:
+            failing = ", ".join(f"{k}: {v}" for k, v in s.health.checks.items() if v != "ok")
+            health = f"[yellow]not ready[/] ({failing})"
+        table.add_row(s.name, _STATE.get(s.state, "?"), str(s.pid), str(s.restarts), health,
+                      s.health.role if s.HasField("health") else "")
+    return table

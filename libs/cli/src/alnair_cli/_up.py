@@ -1,0 +1,116 @@
+"""``alnair up``: the embedded local platform — NATS with JetStream plus supervised services."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from alnair.v1 import platform_pb2
+from alnair_common import Bus, BusUnavailableError, ensure_streams, subjects
+from alnair_common.natsd import NatsServer
+
+from ._platform import PlatformInfo
+from ._supervisor import Child, Supervisor
+
+# Services of the local mode, in start order. kube-bridge and device-plugin are Kubernetes-only.
+LOCAL_SERVICES = ("local-agent", "scheduler", "exporter", "profiler", "elastic-job",
+                  "cache-hydrator")
+_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan")
+
+
+def service_children(data_dir: Path, nats_url: str, extra_env: dict[str, str]) -> list[Child]:
+    children = []
+    for name in LOCAL_SERVICES:
+        env = {**os.environ, **extra_env, "ALNAIR_NATS_URL": nats_url,
+               "ALNAIR_DATA_DIR": str(data_dir), "ALNAIR_HEALTH_PORT": "0",
+               "ALNAIR_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
+        env.pop("ALNAIR_CONFIG", None)
+        module = "alnair_" + name.replace("-", "_")
+        children.append(Child(name=name, argv=[sys.executable, "-m", module], env=env,
+                              log_path=data_dir / "logs" / f"{name}.log"))
+    return children
+
+
+class Platform:
+    def __init__(self, data_dir: Path, port: int, console: Console,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.console = console
+        self.nats = NatsServer(store_dir=data_dir / "jetstream", port=port,
+                               log_file=data_dir / "logs" / "nats-server.log")
+        self.extra_env = extra_env or {}
+        self.started_at = datetime.now(UTC)
+        self.supervisor: Supervisor | None = None
+        self.bus: Bus | None = None
+
+    def _sink(self, name: str, line: str) -> None:
+        colour = _COLOURS[LOCAL_SERVICES.index(name) % len(_COLOURS)]
+        self.console.print(f"[{colour}]{name:>14}[/] | {escape(line)}", highlight=False,
+                           soft_wrap=True)
+
+    async def run(self) -> None:
+        self.nats.start()
+        info = PlatformInfo(nats_url=self.nats.url, pid=os.getpid(),
+                            data_dir=str(self.data_dir))
+        try:
+            self.bus = await Bus.connect(self.nats.url, service="supervisor")
+            await ensure_streams(self.bus)
+            self.supervisor = Supervisor(
+                service_children(self.data_dir, self.nats.url, self.extra_env), self._sink
+            )
+            await self.bus.serve(
+                "alnair-supervisor",
+                {subjects.platform_status(): (platform_pb2.StatusRequest, self.status)},
+                description="Process table of the local platform",
+            )
+            info.write()
+            self.supervisor.start()
+            self.console.print(
+                f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {self.data_dir}. "
+                "[dim]`alnair status` in another terminal; Ctrl-C stops everything.[/]"
+            )
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+            self.console.print("[bold]stopping Alnair…[/]")
+        finally:
+            info.remove()
+            if self.supervisor is not None:
+                await self.supervisor.stop()
+            if self.bus is not None:
+                await self.bus.drain()
+            self.nats.stop()
+            self.console.print("[bold]Alnair stopped.[/]")
+
+    async def status(self, _: platform_pb2.StatusRequest) -> platform_pb2.PlatformStatus:
+        assert self.supervisor is not None and self.bus is not None
+        reports = await asyncio.gather(
+            *(self._health(c.name) for c in self.supervisor.children)
+        )
+        answer = platform_pb2.PlatformStatus(
+            nats_url=self.nats.url, data_dir=str(self.data_dir), supervisor_pid=os.getpid()
+        )
+        answer.started_at.FromDatetime(self.started_at)
+        for child, report in zip(self.supervisor.children, reports, strict=True):
+            entry = child.to_proto()
+            if report is not None:
+                entry.health.CopyFrom(report)
+            answer.services.append(entry)
+        return answer
+
+    async def _health(self, name: str) -> platform_pb2.HealthReport | None:
+        assert self.bus is not None
+        try:
+            return await self.bus.request(subjects.health(name), platform_pb2.StatusRequest(),
+                                          platform_pb2.HealthReport, timeout=0.5)
+        except BusUnavailableError:
+            return None

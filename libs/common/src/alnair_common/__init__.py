@@ -1,0 +1,49 @@
+"""alnair_common: what every Alnair service shares.
+
+The bus (:mod:`alnair_common.bus`), the subject table (:mod:`alnair_common.subjects`),
+settings, logging, health and the service runtime. Test fixtures live in
+:mod:`alnair_common.testing`.
+"""
+
+from . import subjects
+from .bus import Bus, DurableConsumer, TypedKV, Versioned, ensure_streams, publish_error
+from .config import ServiceSettings, load_settings
+from .errors import (
+    AlnairError,
+    BusUnavailableError,
+    ConfigError,
+    DecodeError,
+    PermanentError,
+    RevisionConflictError,
+    TemporaryError,
+    UnknownSubjectError,
+)
+from .health import Health, HealthServer
+from .logs import configure_logging, get_logger
+from .service import Service, run_service
+
+__all__ = [
+    "AlnairError",
+    "Bus",
+    "BusUnavailableError",
+    "ConfigError",
+    "DecodeError",
+    "DurableConsumer",
+    "Health",
+    "HealthServer",
+    "PermanentError",
+    "RevisionConflictError",
+    "Service",
+    "ServiceSettings",
+    "TemporaryError",
+    "TypedKV",
+    "UnknownSubjectError",
+    "Versioned",
+    "configure_logging",
+    "ensure_streams",
+    "get_logger",
+    "load_settings",
+    "publish_error",
+    "run_service",
+    "subjects",
+]

@@ -1,0 +1,252 @@
+"""The typed NATS client every Alnair service uses.
+
+One :class:`Bus` per process wraps a nats-py connection that reconnects forever with
+backoff. Subjects are checked against the subject table on the way out and payloads are
+decoded against it on the way in; a payload that does not decode is logged with its subject,
+counted and dropped — it never reaches a handler and never stops a subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats
+import nats.errors
+import nats.micro
+from google.protobuf.message import Message
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.micro.request import Request
+
+from .. import subjects
+from ..errors import AlnairError, BusUnavailableError, DecodeError
+from ..logs import get_logger
+from . import _metrics
+from ._codec import decode, encode
+
+M = TypeVar("M", bound=Message)
+Handler = Callable[[str, M], Awaitable[None]]
+Responder = Callable[[M], Awaitable[Message]]
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+log = get_logger("alnair.bus")
+
+
+class Bus:
+    """A connected, typed view of the Alnair bus for one service."""
+
+    def __init__(self, nc: Client, service: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.service = service
+        self._micro: list[nats.micro.service.Service] = []
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: list[str] | str,
+        *,
+        service: str,
+        token: str | None = None,
+        connect_timeout: float = 2.0,
+        max_reconnect_attempts: int = -1,
+        first_connect_attempts: int = 10,
+    ) -> Bus:
+        """Connect, retrying the first connection too (the server may still be starting)."""
+        servers = [servers] if isinstance(servers, str) else servers
+
+        async def _on_error(e: Exception) -> None:
+            log.info("nats connection error", service=service, error=str(e))
+
+        async def _on_disconnect() -> None:
+            # A disconnect we asked for (drain/close) is not worth a warning.
+            if not (bus_ref and (bus_ref[0].nc.is_draining or bus_ref[0].nc.is_closed)):
+                log.warning("nats disconnected", service=service)
+
+        async def _on_reconnect() -> None:
+            log.info("nats reconnected", service=service)
+
+        bus_ref: list[Bus] = []
+        try:
+            nc = await nats.connect(
+                servers=servers,
+                name=service,
+                token=token,
+                connect_timeout=connect_timeout,
+                reconnect_time_wait=0.5,
+                # Bounded for the first connection (nats-py would otherwise retry a server
+                # that never came up forever); unbounded once connected.
+                max_reconnect_attempts=first_connect_attempts,
+                error_cb=_on_error,
+                disconnected_cb=_on_disconnect,
+                reconnected_cb=_on_reconnect,
+            )
+        except (OSError, nats.errors.Error, asyncio.TimeoutError) as e:
+            raise BusUnavailableError(
+                f"cannot connect to NATS at {', '.join(servers)} after "
+                f"{first_connect_attempts} attempts: {e!r}"
+            ) from e
+        nc.options["max_reconnect_attempts"] = max_reconnect_attempts
+        bus_ref.append(cls(nc, service))
+        return bus_ref[0]
+
+    @property
+    def connected(self) -> bool:
+        return self.nc.is_connected
+
+    async def publish(self, subject: str, message: Message, *, msg_id: str | None = None,
+                      timeout: float = 10.0) -> None:
+        """Publish ``message``.
+
+        Stream subjects wait for the server's ack. Without one (the server is restarting, the
+        connection is being re-established) the publish is retried with the same message id
+        until ``timeout``: JetStream's de-duplication stores it once however many tries it
+        took. Pass a stable ``msg_id`` when a retry by the *caller* must not be stored twice.
+        """
+        spec = subjects.spec_for(subject)
+        data = encode(subject, message)
+        if spec.transport is subjects.Transport.STREAM:
+            await self._publish_durably(subject, data, msg_id or uuid.uuid4().hex, timeout)
+        else:
+            try:
+                await self.nc.publish(subject, data)
+            except nats.errors.Error as e:
+                raise BusUnavailableError(f"publish on {subject!r} failed: {e!r}") from e
+        _metrics.PUBLISHED.labels(self.service, spec.pattern).inc()
+
+    async def _publish_durably(self, subject: str, data: bytes, msg_id: str,
+                               timeout: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        delay = 0.05
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                await self.js.publish(subject, data, timeout=max(0.1, min(2.0, remaining)),
+                                      headers={MSG_ID_HEADER: msg_id})
+                return
+            except (nats.errors.Error, asyncio.TimeoutError) as e:
+                if remaining <= delay or isinstance(e, nats.errors.ConnectionClosedError):
+                    raise BusUnavailableError(
+                        f"publish on {subject!r} not acknowledged within {timeout:.1f} s: {e!r}"
+                    ) from e
+                log.info("publish not acknowledged, retrying", subject=subject, error=repr(e))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def subscribe(
+        self, subject: str, message_type: type[M], handler: Handler[M], *, queue: str = ""
+    ) -> Subscription:
+        """Core (non-durable) subscription; each decoded message is handed to ``handler``.
+
+        A handler that raises is logged and counted; the subscription goes on.
+        """
+
+        async def _on_msg(msg: Msg) -> None:
+            decoded = self._decode_or_count(msg.subject, msg.data, message_type)
+            if decoded is None:
+                return
+            try:
+                await handler(msg.subject, decoded)
+            except Exception as e:  # noqa: BLE001 - one bad message must not end the subscription
+                _metrics.HANDLER_ERRORS.labels(
+                    self.service, _metrics.pattern_of(msg.subject), "dropped"
+                ).inc()
+                log.exception("handler failed", subject=msg.subject, error=str(e))
+
+        return await self.nc.subscribe(subject, queue=queue, cb=_on_msg)
+
+    async def request(
+        self, subject: str, message: Message, reply_type: type[M], *, timeout: float = 2.0
+    ) -> M:
+        """Send a request and decode the typed answer; no answer in time is temporary."""
+        data = encode(subject, message)
+        try:
+            msg = await self.nc.request(subject, data, timeout=timeout)
+        except nats.errors.NoRespondersError as e:
+            raise BusUnavailableError(f"nobody serves {subject!r}") from e
+        except (nats.errors.TimeoutError, asyncio.TimeoutError) as e:
+            raise BusUnavailableError(f"no answer on {subject!r} within {timeout:.1f} s") from e
+        if msg.headers and msg.headers.get("Nats-Service-Error"):
+            raise AlnairError(
+                f"{subject!r} answered error {msg.headers.get('Nats-Service-Error-Code')}: "
+                f"{msg.headers['Nats-Service-Error']}"
+            )
+        return decode(subject, msg.data, reply_type)
+
+    async def serve(
+        self,
+        name: str,
+        endpoints: dict[str, tuple[type[M], Responder[M]]],
+        *,
+        version: str = "0.1.0",
+        description: str = "",
+    ) -> None:
+        """Answer requests on ``endpoints`` (subject → (request type, responder)) as a
+        ``nats.micro`` service named ``name``, so ``$SRV.PING/INFO/STATS`` discover it.
+
+        A request that does not decode, or a responder that raises, gets a service error
+        reply (400 / 500) with the reason instead of silence.
+        """
+        svc = await nats.micro.add_service(
+            self.nc, name=name, version=version, description=description or name
+        )
+        self._micro.append(svc)
+        for subject, (request_type, responder) in endpoints.items():
+            await svc.add_endpoint(
+                name=subject.replace(".", "-"),
+                subject=subject,
+                handler=self._responder(subject, request_type, responder),
+            )
+
+    def _responder(
+        self, subject: str, request_type: type[M], responder: Responder[M]
+    ) -> Callable[[Request], Awaitable[None]]:
+        async def _handle(req: Request) -> None:
+            try:
+                message = decode(subject, req.data, request_type)
+            except DecodeError as e:
+                _metrics.DECODE_ERRORS.labels(self.service, _metrics.pattern_of(subject)).inc()
+                log.warning("malformed request", subject=subject, error=str(e))
+                await req.respond_error("400", str(e))
+                return
+            try:
+                answer = await responder(message)
+            except Exception as e:  # noqa: BLE001 - the caller gets the reason, we keep serving
+                log.exception("responder failed", subject=subject)
+                await req.respond_error("500", f"{type(e).__name__}: {e}")
+                return
+            await req.respond(encode(subject, answer))
+
+        return _handle
+
+    def _decode_or_count(self, subject: str, data: bytes, message_type: type[M]) -> M | None:
+        pattern = _metrics.pattern_of(subject)
+        try:
+            decoded = decode(subject, data, message_type)
+        except DecodeError as e:
+            _metrics.DECODE_ERRORS.labels(self.service, pattern).inc()
+            log.warning("malformed message dropped", subject=subject, error=str(e))
+            return None
+        _metrics.RECEIVED.labels(self.service, pattern).inc()
+        return decoded
+
+    async def drain(self) -> None:
+        """Stop receiving, let in-flight handlers finish, flush publishes, then close."""
+        for svc in self._micro:
+            try:
+                await svc.stop()
+            except Exception as e:  # noqa: BLE001 - shutdown goes on
+                log.warning("micro service stop failed", error=str(e))
+        self._micro.clear()
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.drain()
+        except (nats.errors.Error, asyncio.TimeoutError) as e:
+            log.warning("drain failed; closing", error=str(e))
+            await self.nc.close()

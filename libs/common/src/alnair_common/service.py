@@ -1,0 +1,147 @@
+"""The runtime every Alnair service shares: connect, serve health, run, shut down cleanly.
+
+A service subclasses :class:`Service`, sets ``name`` and ``role`` and overrides
+:meth:`Service.setup` (subscribe, start consumers and tasks). :func:`run_service` is its
+console entrypoint: settings are validated first (a bad setting exits 2 with the reason),
+then SIGTERM/SIGINT start a graceful shutdown: consumers finish the message in hand, the
+connection drains, background tasks are cancelled last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Coroutine
+from typing import Any, ClassVar
+
+from alnair.v1 import platform_pb2
+
+from . import subjects
+from .bus import Bus, DurableConsumer, ensure_streams
+from .config import ServiceSettings, load_settings
+from .errors import AlnairError, ConfigError
+from .health import Health, HealthServer
+from .logs import configure_logging, get_logger
+
+
+class Service:
+    """Base of every service. Subclasses set ``name``/``role`` and override ``setup``."""
+
+    name: ClassVar[str] = "service"
+    role: ClassVar[str] = ""
+    settings_class: ClassVar[type[ServiceSettings]] = ServiceSettings
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.log = get_logger(f"alnair.{self.name}")
+        self.health = Health(service=self.name, role=self.role)
+        self.bus: Bus | None = None
+        self.http: HealthServer | None = None
+        self._consumers: list[DurableConsumer] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    # -- for subclasses -------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Subscribe and start work. Runs after the bus is connected and streams exist."""
+
+    async def teardown(self) -> None:
+        """Release what ``setup`` acquired; runs after consumers stopped."""
+
+    async def consume(self, consumer: DurableConsumer) -> DurableConsumer:
+        """Start a durable consumer that shutdown will stop before draining the bus."""
+        await consumer.start()
+        self._consumers.append(consumer)
+        return consumer
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run a background task; if it crashes the service stops (a supervisor restarts it)."""
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+        return task
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run until :meth:`request_stop` (or a signal, via :func:`run_service`)."""
+        s = self.settings
+        self.bus = await Bus.connect(s.nats_servers, service=self.name, token=s.nats_token)
+        self.health.checks["nats"] = self._check_nats
+        try:
+            await ensure_streams(self.bus)
+            await self.bus.serve(
+                f"alnair-{self.name}",
+                {subjects.health(self.name): (platform_pb2.StatusRequest, self._health)},
+                description=self.role,
+            )
+            self.http = HealthServer(self.health, s.health_host, s.health_port)
+            port = await self.http.start()
+            await self.setup()
+            self.ready.set()
+            self.log.info("service ready", role=self.role, health_port=port,
+                          nats=s.nats_url)
+            await self._stop.wait()
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self.log.info("shutting down")
+        self.health.live = False
+        for consumer in self._consumers:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        with contextlib.suppress(Exception):
+            await self.teardown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.bus is not None:
+            await self.bus.drain()
+        if self.http is not None:
+            await self.http.stop()
+        self.log.info("stopped")
+
+    async def _health(self, _: platform_pb2.StatusRequest) -> platform_pb2.HealthReport:
+        return await self.health.report()
+
+    async def _check_nats(self) -> str | None:
+        return None if self.bus is not None and self.bus.connected else "not connected to NATS"
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        self.log.error("background task crashed; stopping", task=task.get_name(),
+                       error=repr(task.exception()))
+        self._stop.set()
+
+
+def run_service(cls: type[Service]) -> None:
+    """Console entrypoint: validate settings, configure logging, run until a signal."""
+    try:
+        settings = load_settings(cls.settings_class)
+    except ConfigError as e:
+        print(f"alnair-{cls.name}: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    configure_logging(settings.log_level, settings.log_format, service=cls.name,
+                      node=settings.node_name)
+
+    async def _main() -> None:
+        service = cls(settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, service.request_stop)
+        await service.run()
+
+    try:
+        asyncio.run(_main())
+    except AlnairError as e:
+        get_logger(f"alnair.{cls.name}").error("service failed", error=str(e))
+        raise SystemExit(1) from e

@@ -1,0 +1,220 @@
+"""Every subject of the Alnair bus, the message it carries and how it travels.
+
+This table is the single source of truth: publishers and subscribers format subjects
+through the functions below, streams and buckets are provisioned from ``STREAMS`` and
+``BUCKETS``, and ``docs/subjects.md`` is generated from it (``scripts/gen-proto``). Subjects go general → specific with identifiers last.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from google.protobuf.message import Message
+
+from alnair.v1 import (
+    cache_pb2,
+    inventory_pb2,
+    job_pb2,
+    metrics_pb2,
+    platform_pb2,
+    profile_pb2,
+    scheduling_pb2,
+    workload_pb2,
+)
+
+from .errors import PermanentError, UnknownSubjectError
+
+PREFIX = "alnair"
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class Transport(Enum):
+    """How a subject travels. STREAM survives restarts; CORE is fire-and-forget; REQUEST waits."""
+
+    STREAM = "jetstream"
+    CORE = "core"
+    REQUEST = "request-reply"
+
+
+@dataclass(frozen=True)
+class SubjectSpec:
+    pattern: str
+    message: type[Message]
+    transport: Transport
+    description: str
+    stream: str | None = None
+    reply: type[Message] | None = None
+
+    @property
+    def wildcard(self) -> str:
+        """The pattern with each ``<placeholder>`` replaced by ``*``, for subscriptions."""
+        return re.sub(r"<[a-z_]+>", "*", self.pattern)
+
+    def matches(self, subject: str) -> bool:
+        want = self.wildcard.split(".")
+        have = subject.split(".")
+        return len(want) == len(have) and all(w in ("*", h) for w, h in zip(want, have, strict=True))
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    description: str
+    max_age_seconds: float = 7 * 24 * 3600.0
+    duplicate_window_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    description: str
+    history: int = 5
+
+
+S = SubjectSpec
+SUBJECTS: tuple[SubjectSpec, ...] = (
+    S("alnair.workload.events", workload_pb2.WorkloadEvent, Transport.STREAM,
+      "Lifecycle of every workload (pod or local process).", stream="WORKLOADS"),
+    S("alnair.workload.submit", workload_pb2.Workload, Transport.STREAM,
+      "A local workload asks to be scheduled (`alnair run`).", stream="WORKLOADS"),
+    S("alnair.node.<node>.inventory", inventory_pb2.NodeInventory, Transport.STREAM,
+      "GPU inventory of a node, the full list on each change.", stream="INVENTORY"),
+    S("alnair.metrics.gpu.<node>", metrics_pb2.NodeSampleBatch, Transport.CORE,
+      "Device, per-process and host samples of one node for one period."),
+    S("alnair.metrics.cuda.<node>.<workload>", metrics_pb2.CudaSample, Transport.CORE,
+      "CUDA-level counters of one workload from the interceptor's region."),
+    S("alnair.sched.bind", scheduling_pb2.BindDecision, Transport.STREAM,
+      "The scheduler placed a workload on a node and card.", stream="SCHEDULING"),
+    S("alnair.sched.bound", scheduling_pb2.BindResult, Transport.STREAM,
+      "An adapter carried out (or failed) a bind decision.", stream="SCHEDULING"),
+    S("alnair.sched.failed", scheduling_pb2.SchedulingFailure, Transport.STREAM,
+      "A workload could not be placed, with the reason per node.", stream="SCHEDULING"),
+    S("alnair.job.<name>.state", job_pb2.JobState, Transport.STREAM,
+      "State of a training job.", stream="JOBS"),
+    S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
+      "Profile of a finished workload.", stream="PROFILES"),
+    S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
+      "Hydration status of a cached dataset.", stream="CACHE"),
+    S("alnair.error.<service>", platform_pb2.ErrorEvent, Transport.STREAM,
+      "Errors someone may wait on: rejected input, failed commands.", stream="ERRORS"),
+    S("alnair.health.<service>", platform_pb2.StatusRequest, Transport.REQUEST,
+      "Ask one service for its health.", reply=platform_pb2.HealthReport),
+    S("alnair.platform.status", platform_pb2.StatusRequest, Transport.REQUEST,
+      "Ask the local supervisor (`alnair up`) for its process table.",
+      reply=platform_pb2.PlatformStatus),
+)
+del S
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec("WORKLOADS", ("alnair.workload.>",), "Workload lifecycle and submissions."),
+    StreamSpec("INVENTORY", ("alnair.node.*.inventory",), "Node GPU inventories."),
+    StreamSpec("SCHEDULING", ("alnair.sched.>",), "Scheduling decisions and failures."),
+    StreamSpec("JOBS", ("alnair.job.*.state",), "Training job states."),
+    StreamSpec("PROFILES", ("alnair.profile.>",), "Finished workload profiles."),
+    StreamSpec("CACHE", ("alnair.cache.*.status",), "Dataset cache status."),
+    StreamSpec("ERRORS", ("alnair.error.>",), "Error events.", max_age_seconds=24 * 3600.0),
+)
+
+BUCKETS: tuple[BucketSpec, ...] = (
+    BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it."),
+    BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set."),
+)
+
+
+def token(value: str) -> str:
+    """Validate one subject token (a node, workload or service name)."""
+    if not _TOKEN.match(value):
+        raise PermanentError(
+            f"{value!r} cannot be a subject token: use letters, digits, '-' or '_' "
+            "(no dots, spaces or wildcards)"
+        )
+    return value
+
+
+def spec_for(subject: str) -> SubjectSpec:
+    """The table entry a concrete subject belongs to."""
+    for spec in SUBJECTS:
+        if spec.matches(subject):
+            return spec
+    raise UnknownSubjectError(f"subject {subject!r} is not in alnair_common.subjects.SUBJECTS")
+
+
+def workload_events() -> str:
+    return "alnair.workload.events"
+
+
+def workload_submit() -> str:
+    return "alnair.workload.submit"
+
+
+def node_inventory(node: str) -> str:
+    return f"alnair.node.{token(node)}.inventory"
+
+
+def gpu_metrics(node: str) -> str:
+    return f"alnair.metrics.gpu.{token(node)}"
+
+
+def cuda_metrics(node: str, workload: str) -> str:
+    return f"alnair.metrics.cuda.{token(node)}.{token(workload)}"
+
+
+def sched_bind() -> str:
+    return "alnair.sched.bind"
+
+
+def sched_bound() -> str:
+    return "alnair.sched.bound"
+
+
+def sched_failed() -> str:
+    return "alnair.sched.failed"
+
+
+def job_state(name: str) -> str:
+    return f"alnair.job.{token(name)}.state"
+
+
+def profile_completed() -> str:
+    return "alnair.profile.completed"
+
+
+def cache_status(dataset: str) -> str:
+    return f"alnair.cache.{token(dataset)}.status"
+
+
+def error(service: str) -> str:
+    return f"alnair.error.{token(service)}"
+
+
+def health(service: str) -> str:
+    return f"alnair.health.{token(service)}"
+
+
+def platform_status() -> str:
+    return "alnair.platform.status"
+
+
+def markdown_table() -> str:
+    """The subject table as Markdown, for docs/subjects.md."""
+    rows = ["| subject | message | transport | stream | meaning |", "|---|---|---|---|---|"]
+    for s in SUBJECTS:
+        msg = s.message.DESCRIPTOR.full_name
+        if s.reply is not None:
+            msg += f" → {s.reply.DESCRIPTOR.full_name}"
+        rows.append(
+            f"| `{s.pattern}` | `{msg}` | {s.transport.value} | {s.stream or ''} | {s.description} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+
+def document() -> str:
+    """The whole of docs/subjects.md (regenerated by scripts/gen-proto)."""
+    return (
+        "# Bus subjects\n\nGenerated from `alnair_common.subjects` by `scripts/gen-proto`; "
+        "do not edit.\n\n" + markdown_table()
+    )

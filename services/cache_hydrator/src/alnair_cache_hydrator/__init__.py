@@ -1,0 +1,5 @@
+"""Alnair cache hydrator."""
+
+from ._service import CacheHydratorService
+
+__all__ = ["CacheHydratorService"]

@@ -1,0 +1,5 @@
+"""Alnair device plugin."""
+
+from ._service import DevicePluginService
+
+__all__ = ["DevicePluginService"]

@@ -1,0 +1,5 @@
+"""Alnair elastic job."""
+
+from ._service import ElasticJobService
+
+__all__ = ["ElasticJobService"]

@@ -1,0 +1,5 @@
+"""Alnair exporter."""
+
+from ._service import ExporterService
+
+__all__ = ["ExporterService"]

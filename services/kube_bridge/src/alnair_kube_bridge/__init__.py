@@ -1,0 +1,5 @@
+"""Alnair kube bridge."""
+
+from ._service import KubeBridgeService
+
+__all__ = ["KubeBridgeService"]

@@ -1,0 +1,5 @@
+"""Alnair local agent."""
+
+from ._service import LocalAgentService
+
+__all__ = ["LocalAgentService"]

@@ -1,0 +1,5 @@
+"""Alnair profiler."""
+
+from ._service import ProfilerService
+
+__all__ = ["ProfilerService"]

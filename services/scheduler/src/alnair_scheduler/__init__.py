@@ -1,0 +1,5 @@
+"""Alnair scheduler."""
+
+from ._service import SchedulerService
+
+__all__ = ["SchedulerService"]

@@ -1,0 +1,1 @@
+pytest_plugins = ["alnair_common.testing.bus_fixtures"]

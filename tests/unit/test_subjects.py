@@ -1,0 +1,68 @@
+"""The subject table is consistent: every durable subject lands in exactly one stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alnair_common import PermanentError, UnknownSubjectError, subjects
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stream_covering(subject: str) -> list[str]:
+    def covers(filter_: str, concrete: str) -> bool:
+        f, c = filter_.split("."), concrete.split(".")
+        for i, token in enumerate(f):
+            if token == ">":
+                return len(c) > i
+            if i >= len(c) or token not in ("*", c[i]):
+                return False
+        return len(f) == len(c)
+
+    return [s.name for s in subjects.STREAMS if any(covers(f, subject) for f in s.subjects)]
+
+
+@pytest.mark.parametrize("spec", subjects.SUBJECTS, ids=lambda s: s.pattern)
+def test_durable_subjects_live_in_their_one_stream(spec: subjects.SubjectSpec) -> None:
+    example = spec.wildcard.replace("*", "x")
+    covering = _stream_covering(example)
+    if spec.transport is subjects.Transport.STREAM:
+        assert covering == [spec.stream]
+    else:
+        assert covering == [], f"{spec.pattern} is {spec.transport.value} but stored in {covering}"
+
+
+def test_patterns_are_lower_case_and_prefixed() -> None:
+    for spec in subjects.SUBJECTS:
+        assert spec.pattern.startswith("alnair.")
+        assert spec.pattern == spec.pattern.lower()
+
+
+def test_formatters_produce_subjects_of_their_table_entry() -> None:
+    cases = {
+        subjects.node_inventory("gpu-node-1"): "alnair.node.<node>.inventory",
+        subjects.cuda_metrics("n1", "uid-42"): "alnair.metrics.cuda.<node>.<workload>",
+        subjects.job_state("resnet"): "alnair.job.<name>.state",
+        subjects.health("scheduler"): "alnair.health.<service>",
+        subjects.workload_events(): "alnair.workload.events",
+    }
+    for subject, pattern in cases.items():
+        assert subjects.spec_for(subject).pattern == pattern
+
+
+@pytest.mark.parametrize("bad", ["a.b", "", "x y", "*", ">"])
+def test_tokens_with_dots_or_wildcards_are_refused(bad: str) -> None:
+    with pytest.raises(PermanentError, match="cannot be a subject token"):
+        subjects.node_inventory(bad)
+
+
+def test_unknown_subject_is_an_error() -> None:
+    with pytest.raises(UnknownSubjectError, match="alnair.nope"):
+        subjects.spec_for("alnair.nope")
+
+
+def test_subject_doc_is_current() -> None:
+    doc = (ROOT / "docs" / "subjects.md").read_text()
+    assert doc == subjects.document(), "stale: run scripts/gen-proto"
