@@ -1,1 +1,1 @@
-pytest_plugins = ["alnair_common.testing.bus_fixtures"]
+pytest_plugins = ["alnair_common.testing.bus_fixtures", "alnair_common.testing.testplane"]
