@@ -13,10 +13,11 @@
  *     ln r' = ln r + 1/2 * (ln(c * T / u) - ln r)
  *
  * i.e. an integrator on the log-error with gain 1/2 (the I part) driven by a
- * feed-forward proportional estimate (the P part). With c = r it reduces to
- * r' = r * sqrt(T/u): the error halves every step, monotonically, without
- * overshoot; anchoring on c (not r) stops wind-up when the workload itself
- * launches less than the bucket allows. One step never moves the rate more
+ * feed-forward proportional estimate (the P part). While launches wait for
+ * tokens (binding) c is taken as r and it reduces to r' = r * sqrt(T/u): the
+ * error halves every step, monotonically, without overshoot. When the bucket
+ * does not bind, anchoring on the measured c (not r) stops wind-up while the
+ * workload itself launches less than the bucket allows. One step never moves the rate more
  * than 4x, so a noisy sample cannot swing it.
  *
  * Ramp-up: the controller starts unthrottled (rate 0) so a new workload runs
@@ -38,16 +39,19 @@ void ci_controller_init(struct ci_controller *c, double target_percent)
 double ci_controller_update(struct ci_controller *c, double util, double consumed,
                             bool binding)
 {
-    (void)binding; /* anchoring on `consumed` covers both cases; kept for the trace */
     if (c->target >= 100.0) {
         c->rate = 0.0;
         return 0.0;
     }
-    if (consumed <= 0.0)
-        return c->rate; /* nothing launched in the window: nothing learned */
+    if (consumed <= 0.0 && !binding)
+        return c->rate; /* nothing launched and nobody waiting: nothing learned */
     if (util < CI_CTL_MIN_UTIL)
         util = CI_CTL_MIN_UTIL;
-    double estimate = consumed * c->target / util;
+    /* While launches wait for tokens the bucket sets the pace, so the rate is the
+     * consumption (a window spent waiting out one big grid's debt spends nothing
+     * yet must not shrink the rate); otherwise anchor on what was really spent. */
+    double base = (binding && c->rate > 0.0) ? c->rate : consumed;
+    double estimate = base * c->target / util;
     double next;
     if (c->rate <= 0.0) {
         if (util <= c->target)

@@ -190,6 +190,8 @@ void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn);
 /* Sets the refill rate in tokens per second (0 = unthrottled). */
 void ci_tokens_set_rate(int dev, double rate);
 double ci_tokens_rate(int dev);
+/* Threads of this process currently waiting for tokens on `dev`. */
+int ci_tokens_waiting(int dev);
 uint64_t ci_tokens_charged(int dev);
 int64_t ci_tokens_available(int dev);
 void ci_tokens_reset(void);

@@ -8,6 +8,9 @@
  * below 100 %, feeds the controller with the utilisation and the tokens this
  * process spent over exactly the window those samples cover.
  *
+ * A process whose launches wait for tokens while NVML's new samples name other
+ * processes but not it is starved (0 %): the controller opens its bucket.
+ *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
  * (over-estimates under co-location, so it throttles more, never less); no
@@ -29,6 +32,7 @@
 #define CI_MONITOR_NO_MATCH_NS 1000000000ull
 #define CI_MONITOR_OPEN_LOOP_NS 200000000ull
 #define CI_MONITOR_FALLBACK_WINDOW_NS 200000000ull
+#define CI_MONITOR_MAX_WINDOW_NS 500000000ull
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -126,7 +130,7 @@ static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint
         return;
     double seconds = (double)(b->t_ns - a->t_ns) / 1e9;
     double consumed = (double)(b->charged - a->charged) / seconds;
-    bool binding = b->throttled_ns > a->throttled_ns;
+    bool binding = b->throttled_ns > a->throttled_ns || ci_tokens_waiting(dev) > 0;
     double rate = ci_controller_update(&m->ctl, util, consumed, binding);
     ci_tokens_set_rate(dev, rate);
     ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s", dev, util,
@@ -162,12 +166,24 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     uint64_t prev_us = m->last_seen_us;
     double util = 0.0;
     int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util);
-    if (n == 0 || n == -1)
+    if (n == -1)
         return;
-    /* NVML timestamps are wall-clock microseconds; the history is monotonic. */
+    bool starving = target < 100 && ci_tokens_waiting(dev) > 0 &&
+                    m->no_match_ns < CI_MONITOR_NO_MATCH_NS;
+    if (n == 0)
+        return; /* no new sample yet: NVML samples less often than we look */
+    /* NVML timestamps are wall-clock microseconds; the history is monotonic. The
+     * window is capped so that a long quiet stretch before the first samples
+     * does not dilute the consumption the samples are compared with. */
     int64_t offset = (int64_t)ci_unix_ns() - (int64_t)now;
-    uint64_t t0 = (uint64_t)((int64_t)prev_us * 1000 - offset);
     uint64_t t1 = (uint64_t)((int64_t)m->last_seen_us * 1000 - offset);
+    uint64_t t0 = (uint64_t)((int64_t)prev_us * 1000 - offset);
+    if (t1 > CI_MONITOR_MAX_WINDOW_NS && t0 < t1 - CI_MONITOR_MAX_WINDOW_NS)
+        t0 = t1 - CI_MONITOR_MAX_WINDOW_NS;
+    if (n == -2 && starving) {
+        ci_monitor_step(m, dev, 0.0, t0, t1); /* others ran, we did not */
+        return;
+    }
     if (n == -2) {
         const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
         bool launched = a != NULL && b != NULL && b->charged > a->charged;

@@ -26,6 +26,7 @@ struct ci_bucket {
     _Atomic int64_t burst;
     _Atomic uint64_t charged;  /* tokens spent since start */
     _Atomic uint64_t avg_cost; /* running average of kernel launch cost */
+    _Atomic int waiting;       /* threads sleeping for tokens right now */
 } __attribute__((aligned(64)));
 
 static struct ci_bucket ci_buckets[CI_MAX_DEVICES];
@@ -79,8 +80,10 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
             uint64_t rate = atomic_load_explicit(&b->rate, memory_order_relaxed);
             if (rate == 0)
                 break;
-            if (start == 0)
+            if (start == 0) {
                 start = now;
+                atomic_fetch_add_explicit(&b->waiting, 1, memory_order_relaxed);
+            }
             int64_t deficit = 1 - atomic_load_explicit(&b->tokens, memory_order_relaxed);
             double wait = deficit > 0 ? (double)deficit * 1e9 / (double)rate : 0.0;
             uint64_t ns = (uint64_t)wait;
@@ -91,6 +94,8 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
             ci_sleep_ns(ns);
         }
         atomic_fetch_sub_explicit(&b->tokens, (int64_t)cost, memory_order_relaxed);
+        if (start != 0)
+            atomic_fetch_sub_explicit(&b->waiting, 1, memory_order_relaxed);
         if (start != 0)
             atomic_fetch_add_explicit(&ci_counters[dev].throttled_ns, ci_now_ns() - start,
                                       memory_order_relaxed);
@@ -145,6 +150,12 @@ double ci_tokens_rate(int dev)
                                         memory_order_relaxed);
 }
 
+int ci_tokens_waiting(int dev)
+{
+    return atomic_load_explicit(&ci_buckets[ci_tokens_clamp_dev(dev)].waiting,
+                                memory_order_relaxed);
+}
+
 uint64_t ci_tokens_charged(int dev)
 {
     return atomic_load_explicit(&ci_buckets[ci_tokens_clamp_dev(dev)].charged,
@@ -166,6 +177,7 @@ void ci_tokens_reset(void)
         atomic_store(&b->charged, 0);
         atomic_store(&b->avg_cost, 0);
         atomic_store(&b->last_ns, 0);
+        atomic_store(&b->waiting, 0);
     }
 }
 
