@@ -102,8 +102,16 @@ class UtilSampler:
                     self.samples.append((now, -1, u))
                 elif self.source.startswith("nvidia-smi"):
                     out = subprocess.run(
-                        ["nvidia-smi", "-i", str(self.device), "--query-gpu=utilization.gpu",
-                         "--format=csv,noheader,nounits"], capture_output=True, text=True)
+                        [
+                            "nvidia-smi",
+                            "-i",
+                            str(self.device),
+                            "--query-gpu=utilization.gpu",
+                            "--format=csv,noheader,nounits",
+                        ],
+                        capture_output=True,
+                        text=True,
+                    )
                     self.samples.append((now, -1, int(out.stdout.strip() or 0)))
             except Exception:  # noqa: BLE001 - NVML not found / no samples yet
                 pass
@@ -129,8 +137,10 @@ def versions() -> dict[str, str]:
     info: dict[str, str] = {"python": sys.version.split()[0]}
     if shutil.which("nvidia-smi"):
         q = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-             "--format=csv,noheader"], capture_output=True, text=True)
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
         info["gpu"] = q.stdout.strip()
         head = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
         for line in head.splitlines():

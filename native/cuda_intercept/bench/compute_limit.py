@@ -57,19 +57,34 @@ def run_group(targets: list[int | None], sampler: UtilSampler) -> list[dict]:
     procs = []
     for target in targets:
         env = child_env(target is not None, ALNAIR_VGPU_COMPUTE_PERCENT=str(target or 100))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", str(RUN_S)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, "--worker", str(RUN_S)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     started = time.time()
     results = []
-    for target, p in zip(targets, procs):
+    for target, p in zip(targets, procs, strict=True):
         out, err = p.communicate(timeout=RUN_S + 300)
         if p.returncode != 0:
             raise RuntimeError(f"worker (target {target}) failed: {err[-2000:]}")
         marks = json.loads(out.strip().splitlines()[-1])["marks"]
         t0, t1 = marks[0][0] + SETTLE_S, marks[-1][0]
-        results.append({"target": target, "pid": p.pid, "rate": steady_rate(marks, t0, t1),
-                        "util": sampler.mean(p.pid, t0, t1), "device_util": sampler.mean(None, t0, t1),
-                        "window": [t0, t1], "started": started})
+        results.append(
+            {
+                "target": target,
+                "pid": p.pid,
+                "rate": steady_rate(marks, t0, t1),
+                "util": sampler.mean(p.pid, t0, t1),
+                "device_util": sampler.mean(None, t0, t1),
+                "window": [t0, t1],
+                "started": started,
+            }
+        )
     return results
 
 
@@ -88,8 +103,16 @@ def main(out: Path) -> None:
                 util = r["util"] if r["util"] is not None else r["device_util"]
                 attain = r["rate"] / (target / 100 * full)
                 data["single"].append(r)
-                rows.append([target, util, abs(util - target) if util is not None else "-", r["rate"],
-                             100 * r["rate"] / full, 100 * attain])
+                rows.append(
+                    [
+                        target,
+                        util,
+                        abs(util - target) if util is not None else "-",
+                        r["rate"],
+                        100 * r["rate"] / full,
+                        100 * attain,
+                    ]
+                )
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"target {target}: {exc}")
         for pair in ((30, 70), (10, 90)):
@@ -99,9 +122,16 @@ def main(out: Path) -> None:
                 total = sum(r["rate"] for r in rs)
                 for r in rs:
                     util = r["util"]
-                    pair_rows.append([f"{pair[0]}/{pair[1]}", r["target"], util if util is not None else "-",
-                                      abs(util - r["target"]) if util is not None else "-",
-                                      100 * r["rate"] / full, 100 * r["rate"] / total])
+                    pair_rows.append(
+                        [
+                            f"{pair[0]}/{pair[1]}",
+                            r["target"],
+                            util if util is not None else "-",
+                            abs(util - r["target"]) if util is not None else "-",
+                            100 * r["rate"] / full,
+                            100 * r["rate"] / total,
+                        ]
+                    )
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"pair {pair}: {exc}")
     except Exception as exc:  # noqa: BLE001
@@ -110,15 +140,16 @@ def main(out: Path) -> None:
         sampler.stop()
     errs = [r[2] for r in rows if isinstance(r[2], float)]
     md = "## 2. Compute-limit accuracy\n\n"
-    md += f"Utilisation source: {sampler.source}; run {RUN_S:.0f} s, settle {SETTLE_S:.0f} s; " \
-          f"unthrottled {data.get('unthrottled', {}).get('rate', float('nan')):.1f} matmul/s.\n\n"
-    md += md_table(["target %", "achieved util %", "abs error", "matmul/s", "% of unthrottled",
-                    "attainment %"], rows)
+    md += (
+        f"Utilisation source: {sampler.source}; run {RUN_S:.0f} s, settle {SETTLE_S:.0f} s; "
+        f"unthrottled {data.get('unthrottled', {}).get('rate', float('nan')):.1f} matmul/s.\n\n"
+    )
+    md += md_table(["target %", "achieved util %", "abs error", "matmul/s", "% of unthrottled", "attainment %"], rows)
     if errs:
         md += f"\n\nSingle-tenant MAE: **{statistics.fmean(errs):.2f} pp** (goal <= 2)\n"
     md += "\n\nCo-located pairs:\n\n" + md_table(
-        ["pair", "target %", "achieved util %", "abs error", "% of unthrottled", "share of pair %"],
-        pair_rows)
+        ["pair", "target %", "achieved util %", "abs error", "% of unthrottled", "share of pair %"], pair_rows
+    )
     if errors:
         md += "\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors)
     write_result(out, "2_compute_limit", data, md)

@@ -21,8 +21,11 @@ from pathlib import Path
 from bench_common import child_env, md_table, run_json, write_result
 
 LIMIT = 8 << 30
-CONFIGS = {"default": "", "cudaMallocAsync": "backend:cudaMallocAsync",
-           "expandable_segments": "expandable_segments:True"}
+CONFIGS = {
+    "default": "",
+    "cudaMallocAsync": "backend:cudaMallocAsync",
+    "expandable_segments": "expandable_segments:True",
+}
 
 
 def nvml_process_bytes() -> int | None:
@@ -57,9 +60,20 @@ def worker() -> None:
         del blocks[-4:]  # give back 1 GiB, then compute again
         x = torch.ones(1 << 20, device="cuda")
         continued = float(x.sum().item()) == float(1 << 20)
-    print(json.dumps({"total": total, "free": free, "oom": oom, "error": err,
-                      "allocated": allocated, "peak_reserved": peak_reserved,
-                      "nvml_process_bytes": nvml_used, "continued": continued}))
+    print(
+        json.dumps(
+            {
+                "total": total,
+                "free": free,
+                "oom": oom,
+                "error": err,
+                "allocated": allocated,
+                "peak_reserved": peak_reserved,
+                "nvml_process_bytes": nvml_used,
+                "continued": continued,
+            }
+        )
+    )
 
 
 def main(out: Path) -> None:
@@ -74,16 +88,35 @@ def main(out: Path) -> None:
             r = run_json([sys.executable, __file__, "--worker"], env)
             data[name] = r
             over = max(0, r["peak_reserved"] - LIMIT)
-            rows.append([name, r["total"] == LIMIT, r["oom"], r["continued"],
-                         r["allocated"] / 2**30, r["peak_reserved"] / 2**30, over,
-                         "-" if r["nvml_process_bytes"] is None else r["nvml_process_bytes"] / 2**30])
+            rows.append(
+                [
+                    name,
+                    r["total"] == LIMIT,
+                    r["oom"],
+                    r["continued"],
+                    r["allocated"] / 2**30,
+                    r["peak_reserved"] / 2**30,
+                    over,
+                    "-" if r["nvml_process_bytes"] is None else r["nvml_process_bytes"] / 2**30,
+                ]
+            )
         except Exception as exc:  # noqa: BLE001 - keep the other allocators' results
             data[name] = {"error": str(exc)}
             rows.append([name, "error", str(exc)[-150:], "", "", "", "", ""])
     md = f"## 3. Memory limit ({LIMIT / 2**30:.0f} GiB) under PyTorch allocators\n\n"
-    md += md_table(["allocator", "mem_get_info total == limit", "OOM raised", "process continued",
-                    "allocated GiB", "peak reserved GiB", "bytes over limit",
-                    "NVML process GiB (incl. context)"], rows)
+    md += md_table(
+        [
+            "allocator",
+            "mem_get_info total == limit",
+            "OOM raised",
+            "process continued",
+            "allocated GiB",
+            "peak reserved GiB",
+            "bytes over limit",
+            "NVML process GiB (incl. context)",
+        ],
+        rows,
+    )
     write_result(out, "3_memory_limit", data, md)
     print(md)
 

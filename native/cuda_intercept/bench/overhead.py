@@ -50,9 +50,9 @@ def worker(name: str) -> None:
             a @ b
         torch.cuda.synchronize()
     elif name == "train":
-        model = torch.nn.Sequential(
-            *[m for _ in range(4) for m in (torch.nn.Linear(1024, 1024), torch.nn.GELU())]
-        ).to(dev)
+        model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(1024, 1024), torch.nn.GELU())]).to(
+            dev
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         data = torch.randn(256, 1024, device=dev)
         n = int(1000 * SCALE)
@@ -84,14 +84,13 @@ def main(out: Path) -> None:
         try:
             for _ in range(reps):
                 for variant in ("native", "hooked"):
-                    r = run_json([sys.executable, __file__, "--worker", name],
-                                 child_env(variant == "hooked"))
+                    r = run_json([sys.executable, __file__, "--worker", name], child_env(variant == "hooked"))
                     results[name][variant].append(r["seconds"])
             n, h = (statistics.median(results[name][v]) for v in ("native", "hooked"))
             rows.append([name, n, h, 100.0 * (h - n) / n, "pass" if h <= n * 1.01 else "over 1%"])
         except Exception as exc:  # noqa: BLE001 - keep the other workloads' results
             rows.append([name, "-", "-", "-", f"error: {str(exc)[-200:]}"])
-    md = "## 1. Overhead, no limits (median of %d interleaved runs)\n\n" % reps
+    md = f"## 1. Overhead, no limits (median of {reps} interleaved runs)\n\n"
     md += md_table(["workload", "native s", "hooked s", "overhead %", "goal <= 1%"], rows)
     write_result(out, "1_overhead", results, md)
     print(md)

@@ -47,8 +47,7 @@ def worker() -> None:
     phase("dtod")
     y = torch.ones(256, device="cuda")
     ops = [torch.Tensor.add_, torch.Tensor.mul_, torch.Tensor.sub_, torch.Tensor.div_]
-    unary = [torch.sin, torch.cos, torch.exp, torch.tanh, torch.sqrt, torch.abs, torch.neg,
-             torch.sigmoid]
+    unary = [torch.sin, torch.cos, torch.exp, torch.tanh, torch.sqrt, torch.abs, torch.neg, torch.sigmoid]
     for _ in range(2000):  # one "iteration" = 12 distinct kernels
         for op in ops:
             op(y, 1.0001)
@@ -62,19 +61,25 @@ def totals(cr, path: Path) -> dict[str, int]:
     region = cr.read_region(path)
     me = [s for s in region.slots if s.state == "active"]
     d = me[0].devices[0]
-    return {"kernels": d.kernel_launches, "htod": d.memcpy_htod_bytes, "dtoh": d.memcpy_dtoh_bytes,
-            "dtod": d.memcpy_dtod_bytes, "period": me[0].iteration_period_launches,
-            "period_ns": me[0].iteration_period_ns, "iterations": me[0].iterations}
+    return {
+        "kernels": d.kernel_launches,
+        "htod": d.memcpy_htod_bytes,
+        "dtoh": d.memcpy_dtoh_bytes,
+        "dtod": d.memcpy_dtod_bytes,
+        "period": me[0].iteration_period_launches,
+        "period_ns": me[0].iteration_period_ns,
+        "iterations": me[0].iterations,
+    }
 
 
 def main(out: Path) -> None:
     cr = region_module()
     env = child_env(True)
     path = Path(env["ALNAIR_WORKSPACE"]) / cr.FILE_NAME
-    proc = subprocess.Popen([sys.executable, __file__, "--worker"], env=env, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    expected = {"kernels": ("kernels", N), "htod": ("htod", B), "dtoh": ("dtoh", B),
-                "dtod": ("dtod", B)}
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--worker"], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    expected = {"kernels": ("kernels", N), "htod": ("htod", B), "dtoh": ("dtoh", B), "dtod": ("dtod", B)}
     rows, data, error = [], {}, ""
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -92,10 +97,18 @@ def main(out: Path) -> None:
                 got = now[key] - before[key]
                 rows.append([ph, key, want, got, "match" if got == want else "MISMATCH"])
             before = now
-        rows.append(["loop", "iteration period (launches)", 12, before["period"],
-                     "match" if before["period"] == 12 else "check"])
-        rows.append(["loop", "iterations seen / period ns", "~2000", f"{before['iterations']} / "
-                     f"{before['period_ns']}", ""])
+        rows.append(
+            [
+                "loop",
+                "iteration period (launches)",
+                12,
+                before["period"],
+                "match" if before["period"] == 12 else "check",
+            ]
+        )
+        rows.append(
+            ["loop", "iterations seen / period ns", "~2000", f"{before['iterations']} / {before['period_ns']}", ""]
+        )
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=60)

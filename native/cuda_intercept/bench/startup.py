@@ -20,16 +20,17 @@ from pathlib import Path
 from bench_common import QUICK, child_env, md_table, write_result
 
 N = 20
-CODE = ("import torch; x = torch.ones(1 << 20, device='cuda'); torch.cuda.synchronize(); "
-        "assert int(x.sum().item()) == 1 << 20")
+CODE = (
+    "import torch; x = torch.ones(1 << 20, device='cuda'); torch.cuda.synchronize(); "
+    "assert int(x.sum().item()) == 1 << 20"
+)
 
 
 def wave(hooked: bool) -> float:
     ws = Path(tempfile.mkdtemp(prefix="alnair-startup-"))
     env = child_env(hooked, ws, ALNAIR_VGPU_MEMORY_BYTES=str(16 << 30))
     t = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", CODE], env=env, stderr=subprocess.PIPE)
-             for _ in range(N)]
+    procs = [subprocess.Popen([sys.executable, "-c", CODE], env=env, stderr=subprocess.PIPE) for _ in range(N)]
     for p in procs:
         _, err = p.communicate(timeout=600)
         if p.returncode != 0:

@@ -9,8 +9,6 @@ decode the regions those runs leave behind.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path

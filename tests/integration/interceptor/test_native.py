@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from interceptor_harness import NATIVE, VARIANTS, NativeBuild, c_cases
 
 
@@ -33,12 +32,17 @@ def test_release_library_exports_only_the_interposed_symbols(native_build: Nativ
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
     libs = sorted(line.split("[")[1].rstrip("]") for line in needed.splitlines() if "NEEDED" in line)
     assert set(libs) <= {"libc.so.6", "libdl.so.2", "libpthread.so.0"}, libs
-    symbols = subprocess.run(
-        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True
-    ).stdout
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
     names = {line.split()[-1] for line in symbols.splitlines()}
-    for required in ("dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2",
-                     "cuLaunchKernelEx_ptsz", "cuGraphLaunch", "nvmlDeviceGetMemoryInfo_v2"):
+    for required in (
+        "dlsym",
+        "cuGetProcAddress",
+        "cuGetProcAddress_v2",
+        "cuMemAlloc_v2",
+        "cuLaunchKernelEx_ptsz",
+        "cuGraphLaunch",
+        "nvmlDeviceGetMemoryInfo_v2",
+    ):
         assert required in names
 
 

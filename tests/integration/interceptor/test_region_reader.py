@@ -11,6 +11,7 @@ import os
 import struct
 
 import pytest
+from interceptor_harness import NativeBuild
 
 from alnair_common.cuda_region import (
     FILE_NAME,
@@ -23,8 +24,6 @@ from alnair_common.cuda_region import (
     read_region,
 )
 from alnair_common.cuda_region_writer import RegionWriter
-
-from interceptor_harness import NativeBuild
 
 MiB = 1 << 20
 
@@ -101,13 +100,20 @@ def test_python_writer_round_trips_and_matches_the_c_layout(tmp_path, native_bui
     c_region = read_region(native_build.workspace("release", "region_fixture") / FILE_NAME)
     path = tmp_path / FILE_NAME
     writer = RegionWriter(
-        path, memory_limit_bytes=1 << 30, compute_percent=100, workload_id="fixture/ns/pod",
+        path,
+        memory_limit_bytes=1 << 30,
+        compute_percent=100,
+        workload_id="fixture/ns/pod",
         limits_source="file",
     )
     c_slot = c_region.slots[0]
     writer.write_slot(
-        0, pid=c_slot.pid, state="exited", devices={0: c_slot.devices[0]},
-        start_time_ticks=c_slot.start_time_ticks, updated_unix_ns=c_slot.updated_unix_ns,
+        0,
+        pid=c_slot.pid,
+        state="exited",
+        devices={0: c_slot.devices[0]},
+        start_time_ticks=c_slot.start_time_ticks,
+        updated_unix_ns=c_slot.updated_unix_ns,
         launch_signature=c_slot.launch_signature,
     )
     py_region = read_region(path)
@@ -117,7 +123,12 @@ def test_python_writer_round_trips_and_matches_the_c_layout(tmp_path, native_bui
     assert py_region.slots[0].pid == c_slot.pid
     assert os.path.getsize(path) == REGION_BYTES
     # a live update: two active processes, one holding memory on GPU 1
-    writer.write_slot(5, pid=4242, host_pid=98765, devices={1: DeviceRecord(memory_used_bytes=7, kernel_launches=3, sm_util_percent=42)})
+    writer.write_slot(
+        5,
+        pid=4242,
+        host_pid=98765,
+        devices={1: DeviceRecord(memory_used_bytes=7, kernel_launches=3, sm_util_percent=42)},
+    )
     region = read_region(path)
     (active,) = region.active()
     assert active.host_pid == 98765 and active.active_devices()[1].sm_util_percent == 42

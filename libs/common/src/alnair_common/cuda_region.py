@@ -161,9 +161,7 @@ class Region:
 
 def _decode_header(data: bytes | memoryview) -> RegionHeader:
     if len(data) < HEADER_BYTES:
-        raise RegionFormatError(
-            f"truncated region: {len(data)} bytes, the header alone needs {HEADER_BYTES}"
-        )
+        raise RegionFormatError(f"truncated region: {len(data)} bytes, the header alone needs {HEADER_BYTES}")
     (
         magic,
         version,
@@ -190,13 +188,10 @@ def _decode_header(data: bytes | memoryview) -> RegionHeader:
     expected = (HEADER_BYTES, SLOT_BYTES, MAX_SLOTS, MAX_DEVICES)
     if layout != expected:
         raise RegionFormatError(
-            f"region version {version} declares header/slot/slots/devices {layout}, "
-            f"expected {expected}"
+            f"region version {version} declares header/slot/slots/devices {layout}, expected {expected}"
         )
     if len(data) < REGION_BYTES:
-        raise RegionFormatError(
-            f"truncated region: {len(data)} bytes, layout version {version} needs {REGION_BYTES}"
-        )
+        raise RegionFormatError(f"truncated region: {len(data)} bytes, layout version {version} needs {REGION_BYTES}")
     return RegionHeader(
         layout_version=version,
         compute_percent=compute_percent,
@@ -216,14 +211,10 @@ def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
 
 def _decode_slot(data: bytes | memoryview, index: int) -> ProcessSlot | None:
     base = HEADER_BYTES + index * SLOT_BYTES
-    seq, state, pid, host_pid, start, updated, sig, period, period_ns, iters = (
-        SLOT_HEAD_STRUCT.unpack_from(data, base)
-    )
+    seq, state, pid, host_pid, start, updated, sig, period, period_ns, iters = SLOT_HEAD_STRUCT.unpack_from(data, base)
     if state == 0:
         return None
-    devices = tuple(
-        _decode_device(data, base + 64 + d * DEVICE_RECORD_BYTES) for d in range(MAX_DEVICES)
-    )
+    devices = tuple(_decode_device(data, base + 64 + d * DEVICE_RECORD_BYTES) for d in range(MAX_DEVICES))
     return ProcessSlot(
         index=index,
         seq=seq,
@@ -266,6 +257,4 @@ def read_region(path: str | Path, attempts: int = 8) -> Region:
         before = {s.index: s.seq for s in region.slots}
         if all(before.get(s.index, s.seq) == s.seq for s in second.slots):
             return region
-    raise RegionBusyError(
-        f"{path}: a process record was being rewritten on each of {attempts} reads", 0.01
-    )
+    raise RegionBusyError(f"{path}: a process record was being rewritten on each of {attempts} reads", 0.01)
