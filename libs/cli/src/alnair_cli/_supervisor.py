@@ -111,7 +111,7 @@ class Supervisor:
 
     async def _pump(self, child: Child, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        with open(child.log_path, "a", buffering=1) as log:
+        with open(child.log_path, "a", buffering=1) as log:  # noqa: ASYNC230 - once per start
             async for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")

@@ -2,7 +2,8 @@
 
 This table is the single source of truth: publishers and subscribers format subjects
 through the functions below, streams and buckets are provisioned from ``STREAMS`` and
-``BUCKETS``, and ``docs/subjects.md`` is generated from it (``scripts/gen-proto``). Subjects go general → specific with identifiers last.
+``BUCKETS``, and ``docs/subjects.md`` is generated from it (``scripts/gen-proto``).
+Subjects go general → specific with identifiers last.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from google.protobuf.message import Message
 
 from alnair.v1 import (
     cache_pb2,
+    commands_pb2,
     inventory_pb2,
     job_pb2,
     metrics_pb2,
@@ -92,6 +94,16 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
       "An adapter carried out (or failed) a bind decision.", stream="SCHEDULING"),
     S("alnair.sched.failed", scheduling_pb2.SchedulingFailure, Transport.STREAM,
       "A workload could not be placed, with the reason per node.", stream="SCHEDULING"),
+    S("alnair.podgroup.events", commands_pb2.PodGroup, Transport.STREAM,
+      "Every change of a PodGroup (gang) as kube-bridge sees it.", stream="WORKLOADS"),
+    S("alnair.cmd.annotate", commands_pb2.AnnotateCommand, Transport.STREAM,
+      "Set annotations under ai.centaurus.io/ on an object.", stream="COMMANDS"),
+    S("alnair.cmd.event", commands_pb2.RecordEventCommand, Transport.STREAM,
+      "Record a Kubernetes Event on an object.", stream="COMMANDS"),
+    S("alnair.cmd.status", commands_pb2.StatusUpdateCommand, Transport.STREAM,
+      "Merge-patch a custom resource's status.", stream="COMMANDS"),
+    S("alnair.cmd.result", commands_pb2.CommandResult, Transport.STREAM,
+      "An adapter's answer to a command.", stream="COMMANDS"),
     S("alnair.job.<name>.state", job_pb2.JobState, Transport.STREAM,
       "State of a training job.", stream="JOBS"),
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
@@ -109,7 +121,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
 del S
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec("WORKLOADS", ("alnair.workload.>",), "Workload lifecycle and submissions."),
+    StreamSpec("WORKLOADS", ("alnair.workload.>", "alnair.podgroup.>"),
+               "Workload and PodGroup lifecycle, local submissions."),
+    StreamSpec("COMMANDS", ("alnair.cmd.>",), "Commands to adapters and their results."),
     StreamSpec("INVENTORY", ("alnair.node.*.inventory",), "Node GPU inventories."),
     StreamSpec("SCHEDULING", ("alnair.sched.>",), "Scheduling decisions and failures."),
     StreamSpec("JOBS", ("alnair.job.*.state",), "Training job states."),
@@ -172,6 +186,26 @@ def sched_bound() -> str:
 
 def sched_failed() -> str:
     return "alnair.sched.failed"
+
+
+def podgroup_events() -> str:
+    return "alnair.podgroup.events"
+
+
+def cmd_annotate() -> str:
+    return "alnair.cmd.annotate"
+
+
+def cmd_event() -> str:
+    return "alnair.cmd.event"
+
+
+def cmd_status() -> str:
+    return "alnair.cmd.status"
+
+
+def cmd_result() -> str:
+    return "alnair.cmd.result"
 
 
 def job_state(name: str) -> str:
