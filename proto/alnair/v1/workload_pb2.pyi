@@ -100,6 +100,26 @@ class Workload(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class EnvironmentEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REF_FIELD_NUMBER: _builtins.int
     OWNERS_FIELD_NUMBER: _builtins.int
     REQUEST_FIELD_NUMBER: _builtins.int
@@ -115,6 +135,8 @@ class Workload(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     COMMAND_FIELD_NUMBER: _builtins.int
+    WORKING_DIR_FIELD_NUMBER: _builtins.int
+    ENVIRONMENT_FIELD_NUMBER: _builtins.int
     scheduler_name: _builtins.str
     """`schedulerName` of a pod; "alnair-scheduler" for local workloads."""
     phase: Global___WorkloadPhase.ValueType
@@ -124,6 +146,10 @@ class Workload(_message.Message):
     """Exit code of a finished local workload or container; unset otherwise."""
     message: _builtins.str
     """Adapter's explanation of the phase (e.g. a pending reason or a failure message)."""
+    working_dir: _builtins.str
+    """Local workloads: the directory `alnair run` was started in; the agent runs the command
+    there. Empty for pods.
+    """
     @_builtins.property
     def ref(self) -> _common_pb2.WorkloadRef: ...
     @_builtins.property
@@ -150,6 +176,13 @@ class Workload(_message.Message):
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The command of a local workload (argv); empty for pods."""
 
+    @_builtins.property
+    def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Local workloads, on `alnair.workload.submit` only: the submitting shell's environment
+        (without ALNAIR_*, CUDA_VISIBLE_DEVICES and LD_PRELOAD, which the agent sets). The agent
+        never republishes it in lifecycle events.
+        """
+
     def __init__(
         self,
         *,
@@ -168,10 +201,12 @@ class Workload(_message.Message):
         exit_code: _builtins.int | None = ...,
         message: _builtins.str = ...,
         command: _abc.Iterable[_builtins.str] | None = ...,
+        working_dir: _builtins.str = ...,
+        environment: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "assignment", b"assignment", "created_at", b"created_at", "exit_code", b"exit_code", "finished_at", b"finished_at", "ref", b"ref", "request", b"request", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "annotations", b"annotations", "assignment", b"assignment", "command", b"command", "created_at", b"created_at", "exit_code", b"exit_code", "finished_at", b"finished_at", "labels", b"labels", "message", b"message", "node", b"node", "owners", b"owners", "phase", b"phase", "ref", b"ref", "request", b"request", "scheduler_name", b"scheduler_name", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "annotations", b"annotations", "assignment", b"assignment", "command", b"command", "created_at", b"created_at", "environment", b"environment", "exit_code", b"exit_code", "finished_at", b"finished_at", "labels", b"labels", "message", b"message", "node", b"node", "owners", b"owners", "phase", b"phase", "ref", b"ref", "request", b"request", "scheduler_name", b"scheduler_name", "started_at", b"started_at", "working_dir", b"working_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015

@@ -135,6 +135,9 @@ STREAMS: tuple[StreamSpec, ...] = (
 BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it."),
     BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set."),
+    BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
+               "a restarted adapter neither repeats nor skips a transition."),
+    BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid."),
 )
 
 
