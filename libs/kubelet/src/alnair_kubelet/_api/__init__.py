@@ -1,0 +1,1 @@
+"""Generated gRPC code of the kubelet APIs (see the .proto files); regenerate with libs/kubelet/gen-proto."""
