@@ -6,9 +6,10 @@ import pytest
 
 from alnair.v1 import inventory_pb2, metrics_pb2, platform_pb2, workload_pb2
 from alnair_common import DecodeError, PermanentError
-from alnair_common.bus import decode, encode
+from alnair_common.bus import _metrics, decode, encode
 
 SUBJECT = "alnair.node.n1.inventory"
+SUBJECT_PATTERN = "alnair.node.<node>.inventory"
 
 
 def _inventory() -> inventory_pb2.NodeInventory:
@@ -39,14 +40,19 @@ def test_truncated_or_invalid_bytes_raise_decode_error(garbage: bytes) -> None:
         decode(SUBJECT, garbage, inventory_pb2.NodeInventory)
 
 
-def test_a_message_of_another_type_is_detected_by_its_unknown_fields() -> None:
+def test_unknown_fields_are_delivered_and_counted() -> None:
+    """A newer producer's extra fields must not lose its records during a rolling upgrade."""
+    counted = _metrics.counter(_metrics.UNKNOWN_FIELDS, SUBJECT_PATTERN)
+    before = counted._value.get()
+    newer = _inventory().SerializeToString() + b"\xf8\x07\x01"  # field 127, varint 1
+    decoded = decode(SUBJECT, newer, inventory_pb2.NodeInventory)
+    assert (decoded.node, list(decoded.gpus)) == (_inventory().node, list(_inventory().gpus))
+    assert counted._value.get() == before + 1
+
+
+def test_a_message_of_another_type_is_counted_as_unknown_fields() -> None:
+    counted = _metrics.counter(_metrics.UNKNOWN_FIELDS, SUBJECT_PATTERN)
+    before = counted._value.get()
     other = metrics_pb2.CudaSample(kernel_launches_total=5, memory_used_bytes=1).SerializeToString()
-    with pytest.raises(DecodeError, match="unknown field"):
-        decode(SUBJECT, other, inventory_pb2.NodeInventory)
-
-
-def test_unknown_fields_nested_in_repeated_messages_are_found() -> None:
-    gpu = inventory_pb2.Gpu(uuid="GPU-1").SerializeToString() + b"\xf8\x07\x01"  # field 127
-    payload = b"\x12" + bytes([len(gpu)]) + gpu  # NodeInventory.gpus (field 2)
-    with pytest.raises(DecodeError, match=r"\[127\]"):
-        decode(SUBJECT, payload, inventory_pb2.NodeInventory)
+    decode(SUBJECT, other, inventory_pb2.NodeInventory)
+    assert counted._value.get() == before + 1

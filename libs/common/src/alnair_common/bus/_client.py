@@ -86,7 +86,7 @@ class Bus:
                 disconnected_cb=_on_disconnect,
                 reconnected_cb=_on_reconnect,
             )
-        except (OSError, nats.errors.Error, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError, nats.errors.Error) as e:
             raise BusUnavailableError(
                 f"cannot connect to NATS at {', '.join(servers)} after "
                 f"{first_connect_attempts} attempts: {e!r}"
@@ -109,7 +109,7 @@ class Bus:
         took. Pass a stable ``msg_id`` when a retry by the *caller* must not be stored twice.
         """
         spec = subjects.spec_for(subject)
-        data = encode(subject, message)
+        data = encode(subject, message, spec)
         if spec.transport is subjects.Transport.STREAM:
             await self._publish_durably(subject, data, msg_id or uuid.uuid4().hex, timeout)
         else:
@@ -117,7 +117,7 @@ class Bus:
                 await self.nc.publish(subject, data)
             except nats.errors.Error as e:
                 raise BusUnavailableError(f"publish on {subject!r} failed: {e!r}") from e
-        _metrics.PUBLISHED.labels(self.service, spec.pattern).inc()
+        _metrics.counter(_metrics.PUBLISHED, self.service, spec.pattern).inc()
 
     async def _publish_durably(self, subject: str, data: bytes, msg_id: str,
                                timeout: float) -> None:
@@ -129,7 +129,7 @@ class Bus:
                 await self.js.publish(subject, data, timeout=max(0.1, min(2.0, remaining)),
                                       headers={MSG_ID_HEADER: msg_id})
                 return
-            except (nats.errors.Error, asyncio.TimeoutError) as e:
+            except (TimeoutError, nats.errors.Error) as e:
                 if remaining <= delay or isinstance(e, nats.errors.ConnectionClosedError):
                     raise BusUnavailableError(
                         f"publish on {subject!r} not acknowledged within {timeout:.1f} s: {e!r}"
@@ -153,7 +153,7 @@ class Bus:
             try:
                 await handler(msg.subject, decoded)
             except Exception as e:  # noqa: BLE001 - one bad message must not end the subscription
-                _metrics.HANDLER_ERRORS.labels(
+                _metrics.counter(_metrics.HANDLER_ERRORS,
                     self.service, _metrics.pattern_of(msg.subject), "dropped"
                 ).inc()
                 log.exception("handler failed", subject=msg.subject, error=str(e))
@@ -169,7 +169,7 @@ class Bus:
             msg = await self.nc.request(subject, data, timeout=timeout)
         except nats.errors.NoRespondersError as e:
             raise BusUnavailableError(f"nobody serves {subject!r}") from e
-        except (nats.errors.TimeoutError, asyncio.TimeoutError) as e:
+        except (TimeoutError, nats.errors.TimeoutError) as e:
             raise BusUnavailableError(f"no answer on {subject!r} within {timeout:.1f} s") from e
         if msg.headers and msg.headers.get("Nats-Service-Error"):
             raise AlnairError(
@@ -210,7 +210,7 @@ class Bus:
             try:
                 message = decode(subject, req.data, request_type)
             except DecodeError as e:
-                _metrics.DECODE_ERRORS.labels(self.service, _metrics.pattern_of(subject)).inc()
+                _metrics.counter(_metrics.DECODE_ERRORS, self.service, _metrics.pattern_of(subject)).inc()
                 log.warning("malformed request", subject=subject, error=str(e))
                 await req.respond_error("400", str(e))
                 return
@@ -229,10 +229,10 @@ class Bus:
         try:
             decoded = decode(subject, data, message_type)
         except DecodeError as e:
-            _metrics.DECODE_ERRORS.labels(self.service, pattern).inc()
+            _metrics.counter(_metrics.DECODE_ERRORS, self.service, pattern).inc()
             log.warning("malformed message dropped", subject=subject, error=str(e))
             return None
-        _metrics.RECEIVED.labels(self.service, pattern).inc()
+        _metrics.counter(_metrics.RECEIVED, self.service, pattern).inc()
         return decoded
 
     async def drain(self) -> None:
@@ -247,6 +247,6 @@ class Bus:
             return
         try:
             await self.nc.drain()
-        except (nats.errors.Error, asyncio.TimeoutError) as e:
+        except (TimeoutError, nats.errors.Error) as e:
             log.warning("drain failed; closing", error=str(e))
             await self.nc.close()

@@ -127,7 +127,7 @@ class DurableConsumer:
                 return
             try:
                 msgs = await self._psub.fetch(self.batch, timeout=self.fetch_timeout)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except (nats.errors.Error, nats.js.errors.Error, OSError) as e:
                 # Server restarting or connection lost: wait, then fetch again (the durable
@@ -157,23 +157,23 @@ class DurableConsumer:
         try:
             decoded = decode(msg.subject, msg.data, self.message_type)
         except DecodeError as e:
-            _metrics.DECODE_ERRORS.labels(service, pattern).inc()
+            _metrics.counter(_metrics.DECODE_ERRORS, service, pattern).inc()
             await self._terminate(msg, "malformed-message", str(e))
             return
-        _metrics.RECEIVED.labels(service, pattern).inc()
+        _metrics.counter(_metrics.RECEIVED, service, pattern).inc()
         try:
             await self.handler(msg.subject, decoded)
         except PermanentError as e:
-            _metrics.HANDLER_ERRORS.labels(service, pattern, "term").inc()
+            _metrics.counter(_metrics.HANDLER_ERRORS, service, pattern, "term").inc()
             await self._terminate(msg, "invalid-request", str(e))
             return
         except TemporaryError as e:
-            _metrics.HANDLER_ERRORS.labels(service, pattern, "retry").inc()
+            _metrics.counter(_metrics.HANDLER_ERRORS, service, pattern, "retry").inc()
             log.info("temporary failure, will retry", subject=msg.subject, error=str(e))
             await self._nak(msg, e.retry_after)
             return
-        except Exception as e:  # noqa: BLE001 - retried up to max_deliver, never lost silently
-            _metrics.HANDLER_ERRORS.labels(service, pattern, "retry").inc()
+        except Exception:  # noqa: BLE001 - retried up to max_deliver, never lost silently
+            _metrics.counter(_metrics.HANDLER_ERRORS, service, pattern, "retry").inc()
             log.exception("handler failed, will retry", subject=msg.subject,
                           delivered=msg.metadata.num_delivered)
             await self._nak(msg, 1.0)
@@ -183,7 +183,7 @@ class DurableConsumer:
     async def _ack(self, msg: Msg, sequence: int) -> None:
         try:
             await msg.ack_sync()
-        except (nats.errors.Error, asyncio.TimeoutError) as e:
+        except (TimeoutError, nats.errors.Error) as e:
             log.info("ack not confirmed; a redelivery will be acked without handling",
                      subject=msg.subject, sequence=sequence, error=repr(e))
             self._handled_unacked[sequence] = None
