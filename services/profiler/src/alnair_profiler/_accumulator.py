@@ -1,0 +1,80 @@
+"""The running state of one workload: its series, launch reports and copy counters.
+
+It can be written out whole (:meth:`WorkloadState.to_doc`) and read back, which is how a
+profiler restarted in the middle of a workload continues where it stopped instead of
+profiling only the second half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._detection import LaunchReport, detect
+from ._domain import CopyCounter, LaunchPoint, Point, WorkloadInfo
+from ._peak_memory import predict_peak
+from ._profile import SERIES, WorkloadProfile
+from ._series import Series
+
+MAX_LAUNCH_REPORTS = 2_000
+
+
+@dataclass
+class WorkloadState:
+    uid: str
+    info: WorkloadInfo | None = None
+    series: dict[str, Series] = field(default_factory=dict)
+    launches: list[LaunchReport] = field(default_factory=list)
+    last_copy: tuple[float, int] | None = None
+    first_seen: float = 0.0
+    dirty: bool = False
+
+    def add(self, item: Point | LaunchPoint | CopyCounter) -> None:
+        self.dirty = True
+        if isinstance(item, Point):
+            self.series.setdefault(item.metric, Series()).add(item.t, item.value)
+        elif isinstance(item, LaunchPoint):
+            self.launches.append(LaunchReport(item.t, item.period_seconds, item.repeats))
+            if len(self.launches) > MAX_LAUNCH_REPORTS:
+                self.launches = self.launches[::2]
+        else:
+            self._add_copy(item)
+
+    def _add_copy(self, c: CopyCounter) -> None:
+        previous, self.last_copy = self.last_copy, (c.t, c.total_bytes)
+        if previous is None or c.t <= previous[0] or c.total_bytes < previous[1]:
+            return  # first reading, out of order, or the counter restarted with a new process
+        rate = (c.total_bytes - previous[1]) / (c.t - previous[0])
+        self.series.setdefault("memcpy_bytes_per_second", Series()).add(c.t, rate)
+
+    def profile(self, info: WorkloadInfo) -> WorkloadProfile:
+        gpu_mem = self.series.get("gpu_memory_bytes") or self.series.get("gpu_memory_bytes_cuda") or Series()
+        util = self.series.get("gpu_utilization_ratio") or Series()
+        ut, uv = util.ordered()
+        mt, mv = gpu_mem.ordered()
+        summaries = {name: (gpu_mem if name == "gpu_memory_bytes" else self.series.get(name, Series())).summary()
+                     for name in SERIES}
+        peak = predict_peak(mt, mv, ut, uv)
+        return WorkloadProfile(
+            info=info, summaries=summaries,
+            training=detect(sorted(self.launches, key=lambda r: r.t), ut, uv),
+            predicted_peak_gpu_memory_bytes=peak.predicted_bytes if peak else 0)
+
+    def to_doc(self) -> dict[str, object]:
+        return {
+            "_id": self.uid, "uid": self.uid,
+            "info": self.info.to_doc() if self.info else None,
+            "series": {k: s.to_doc() for k, s in self.series.items()},
+            "launches": [[r.t, r.period_seconds, r.repeats] for r in self.launches],
+            "last_copy": list(self.last_copy) if self.last_copy else None,
+            "first_seen": self.first_seen,
+        }
+
+    @classmethod
+    def from_doc(cls, d: dict) -> WorkloadState:  # type: ignore[type-arg]
+        last = d.get("last_copy")
+        return cls(
+            uid=d["uid"], info=WorkloadInfo.from_doc(d["info"]) if d.get("info") else None,
+            series={k: Series.from_doc(v) for k, v in (d.get("series") or {}).items()},
+            launches=[LaunchReport(float(t), float(p), int(r)) for t, p, r in d.get("launches", [])],
+            last_copy=(float(last[0]), int(last[1])) if last else None,
+            first_seen=float(d.get("first_seen", 0.0)))
