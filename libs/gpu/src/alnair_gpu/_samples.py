@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ._errors import GpuError
+
 __all__ = ["DeviceSample", "GpuSampler", "GpuSnapshot", "ProcessSample", "SampleSourceError"]
 
 
-class SampleSourceError(RuntimeError):
+class SampleSourceError(GpuError):
     """The sample source cannot be used (no NVML, an unreadable or malformed recording).
 
     Permanent for the process that raised it: the message says what is wrong and how to
