@@ -1,10 +1,153 @@
-"""The scheduler service."""
+"""The scheduler service: wires the bus to the engine.
+
+On start the model is rebuilt before anything is placed: committed shares from the
+``gpu_allocations`` bucket, inventories from the ``node_inventory`` bucket (watched for
+changes) and the INVENTORY stream, then the full history of workload and PodGroup events is
+replayed (the replaying consumers are recreated from the stream's start each time). Only
+when those consumers have caught up does the placement cycle start — see ``_engine``.
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Literal
+
+import nats.js.errors
+from pydantic import Field
+
+from alnair.v1 import commands_pb2, inventory_pb2, metrics_pb2, scheduling_pb2, workload_pb2
+from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
+
+from . import _convert
+from ._domain import SCHEDULER_NAME, Profile
+from ._engine import Engine
+from ._outbox import Outbox
+from ._store import AllocationStore
+from ._utilisation import UtilisationTracker
+
+INVENTORY_BUCKET = "node_inventory"
+
+
+class SchedulerSettings(ServiceSettings):
+    scheduling_profile: Literal["cost-saving", "high-performance", "utilisation-aware"] = Field(
+        "cost-saving", description="Profile for workloads without the scheduling-profile annotation")
+    scheduler_name: str = Field(SCHEDULER_NAME, description="schedulerName of the workloads we place")
+    instance_id: str = Field(default_factory=lambda: f"scheduler-{uuid.uuid4().hex[:8]}",
+                             description="This instance's name on its decisions")
+    consumer_prefix: str = Field("scheduler", pattern=r"^[A-Za-z0-9_-]+$",
+                                 description="Prefix of this scheduler's durable consumer names")
+    utilisation_window_seconds: float = Field(60.0, gt=0, le=3600)
+    tick_seconds: float = Field(1.0, gt=0, le=60, description="Longest pause between cycles")
+    replay_timeout_seconds: float = Field(120.0, gt=0)
 
 
 class SchedulerService(Service):
     name = "scheduler"
-    role = "skeleton: connected and healthy; places no workloads yet (scheduler issue #7)"
+    role = ("places fractional-GPU workloads on cards (cost-saving, high-performance, "
+            "utilisation-aware), gangs all-or-nothing, CAS-committed allocations")
+    settings_class = SchedulerSettings
+
+    async def setup(self) -> None:
+        s: SchedulerSettings = self.settings  # type: ignore[assignment]
+        assert self.bus is not None
+        bus = self.bus
+        store = await AllocationStore.open(bus)
+        self.engine = Engine(
+            store, Outbox(bus, s.instance_id), instance=s.instance_id,
+            default_profile=Profile(s.scheduling_profile), scheduler_name=s.scheduler_name,
+            util=UtilisationTracker(s.utilisation_window_seconds))
+        restored = await self.engine.restore()
+        self.health.checks["replay"] = self._check_replay
+        await self._watch_inventory_bucket()
+        p = s.consumer_prefix
+        replayed = [
+            ("INVENTORY", f"{p}-inventory", "alnair.node.*.inventory", inventory_pb2.NodeInventory,
+             self._on_inventory),
+            ("WORKLOADS", f"{p}-podgroups", subjects.podgroup_events(), commands_pb2.PodGroup,
+             self._on_podgroup),
+            ("WORKLOADS", f"{p}-workloads", subjects.workload_events(), workload_pb2.WorkloadEvent,
+             self._on_workload),
+        ]
+        for stream, durable, subject, message_type, handler in replayed:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await bus.js.delete_consumer(stream, durable)
+            await self.consume(DurableConsumer(
+                bus, stream=stream, durable=durable, subject=subject, message_type=message_type,
+                handler=handler, batch=256))
+        await self.consume(DurableConsumer(
+            bus, stream="SCHEDULING", durable=f"{p}-bound", subject=subjects.sched_bound(),
+            message_type=scheduling_pb2.BindResult, handler=self._on_bound))
+        await bus.subscribe("alnair.metrics.gpu.*", metrics_pb2.NodeSampleBatch, self._on_samples)
+        self.spawn(self._activate_after_replay([(st, d) for st, d, *_ in replayed]), "replay-gate")
+        self.spawn(self.engine.loop(self._stop, s.tick_seconds), "scheduling-loop")
+        self.log.info("model restored", shares=restored, nodes=len(self.engine.cluster.nodes))
+
+    async def _check_replay(self) -> str | None:
+        return None if self.engine.active else "replaying workload events"
+
+    async def _watch_inventory_bucket(self) -> None:
+        assert self.bus is not None
+        kv = await self.bus.js.key_value(INVENTORY_BUCKET) if await self._bucket_exists() else \
+            await self.bus.js.create_key_value(bucket=INVENTORY_BUCKET)
+        watcher = await kv.watchall()
+
+        async def follow() -> None:
+            async for entry in watcher:
+                if entry is None or entry.value is None or entry.operation in ("DEL", "PURGE"):
+                    continue
+                inv = inventory_pb2.NodeInventory()
+                try:
+                    inv.ParseFromString(entry.value)
+                    self._apply_inventory(inv)
+                except Exception as e:  # noqa: BLE001 - one bad entry must not stop the watch
+                    self.log.warning("bad node_inventory entry ignored", key=entry.key, error=str(e))
+
+        self.spawn(follow(), "inventory-bucket-watch")
+
+    async def _bucket_exists(self) -> bool:
+        assert self.bus is not None
+        try:
+            await self.bus.js.key_value(INVENTORY_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            return False
+        return True
+
+    async def _activate_after_replay(self, consumers: list[tuple[str, str]]) -> None:
+        assert self.bus is not None
+        s: SchedulerSettings = self.settings  # type: ignore[assignment]
+        deadline = time.monotonic() + s.replay_timeout_seconds
+        while time.monotonic() < deadline:
+            infos = [await self.bus.js.consumer_info(stream, durable) for stream, durable in consumers]
+            if all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            self.log.warning("replay not finished in time; placing anyway",
+                             timeout_s=s.replay_timeout_seconds)
+        await self.engine.activate()
+        self.log.info("replay done; placing", workloads=len(self.engine.workloads),
+                      gangs=len(self.engine.gangs))
+
+    def _apply_inventory(self, inv: inventory_pb2.NodeInventory) -> None:
+        self.engine.on_inventory(inv.node, _convert.cards_from_inventory(inv),
+                                 _convert.inventory_time(inv), inv.simulated)
+
+    async def _on_inventory(self, _: str, inv: inventory_pb2.NodeInventory) -> None:
+        self._apply_inventory(inv)
+
+    async def _on_podgroup(self, _: str, pg: commands_pb2.PodGroup) -> None:
+        self.engine.on_gang(_convert.gang_from_proto(pg, time.time()))
+
+    async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
+        w = _convert.workload_from_event(event)
+        await self.engine.on_workload(w, event.workload.assignment.gpu_uuid)
+
+    async def _on_bound(self, _: str, result: scheduling_pb2.BindResult) -> None:
+        await self.engine.on_bind_result(*_convert.bind_result(result))
+
+    async def _on_samples(self, _: str, batch: metrics_pb2.NodeSampleBatch) -> None:
+        for sample in _convert.samples_from_batch(batch, time.monotonic()):
+            self.engine.util.add(sample)

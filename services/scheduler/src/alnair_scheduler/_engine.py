@@ -1,0 +1,253 @@
+"""The scheduler's brain: the model, kept current from events, and the placement cycle.
+
+Events only update the model and wake the cycle; the cycle places every pending workload in
+arrival order (gangs at the position of their oldest member). A placement is committed with
+compare-and-set in KV *before* it is announced, and the model follows KV, so the worst a
+crash can do is leave a committed share unannounced — re-announced when the restarted
+scheduler has replayed the events. Until that replay is done the cycle does not run: a
+workload that looks pending early in the replay may have finished later in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from alnair_common import AlnairError, get_logger
+
+from . import _metrics
+from ._cluster import Cluster
+from ._domain import Assignment, Card, Failure, Gang, Phase, Profile, Share, Workload, WorkloadId
+from ._errors import CardFullError, InvalidRequestError
+from ._gang_cycle import place_gang
+from ._outbox import Outbox
+from ._placement import NoFit, choose_card, too_big
+from ._store import AllocationStore
+from ._utilisation import UtilisationTracker
+
+log = get_logger("alnair.scheduler")
+MAX_BIND_FAILURES = 5
+
+
+class Engine:
+    def __init__(self, store: AllocationStore, outbox: Outbox, *, instance: str,
+                 default_profile: Profile, scheduler_name: str,
+                 util: UtilisationTracker | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.instance = instance
+        self.default_profile = default_profile
+        self.scheduler_name = scheduler_name
+        self.util = util or UtilisationTracker()
+        self.clock = clock
+        self.cluster = Cluster()
+        self.workloads: dict[str, Workload] = {}
+        self.gangs: dict[str, Gang] = {}
+        self._last_seq: dict[str, int] = {}
+        self._inventory_at: dict[str, float] = {}
+        self._bind_failures: dict[str, int] = {}
+        self.unannounced: dict[str, tuple[Workload, Assignment, str]] = {}
+        self.active = False
+        self.kick = asyncio.Event()
+
+    # -- model updates --------------------------------------------------------------------
+
+    async def restore(self) -> int:
+        """Adopt every committed share from KV; the number of shares adopted."""
+        count = 0
+        for card, shares in await self.store.load_all():
+            self.cluster.set_shares(card, shares)
+            count += len(shares)
+        return count
+
+    def on_inventory(self, node: str, cards: list[Card], observed_at: float,
+                     simulated: bool = False) -> None:
+        if observed_at and observed_at < self._inventory_at.get(node, 0.0):
+            return
+        self._inventory_at[node] = observed_at
+        self.cluster.set_inventory(node, cards, simulated)
+        self.kick.set()
+
+    def on_gang(self, g: Gang) -> None:
+        old = self.gangs.get(g.key)
+        if old is not None:
+            # Our own verdicts and what we last wrote survive the echo of our status patch.
+            g.last_status = old.last_status
+            if old.failed_reason and not g.deleted:
+                g.phase, g.failed_reason = old.phase, old.failed_reason
+            elif old.phase == "Scheduled" and g.phase == "Pending":
+                g.phase = old.phase
+        self.gangs[g.key] = g
+        self.kick.set()
+
+    async def on_workload(self, w: Workload, assigned_gpu: str = "") -> None:
+        uid = w.ref.uid
+        if w.sequence and w.sequence <= self._last_seq.get(uid, 0):
+            return
+        self._last_seq[uid] = w.sequence or self._last_seq.get(uid, 0)
+        if w.phase is Phase.FINISHED:
+            self.workloads.pop(uid, None)
+            self.unannounced.pop(uid, None)
+            self._bind_failures.pop(uid, None)
+            self.outbox.forget(uid)
+            await self.release(uid, assigned_gpu)
+            return
+        if w.scheduler_name != self.scheduler_name:
+            return
+        known = self.workloads.get(uid)
+        if known is not None and known.phase is not Phase.PENDING and w.phase is Phase.PENDING:
+            return  # a late pending echo after we saw it bound
+        self.workloads[uid] = w
+        if w.phase is Phase.PENDING:
+            self.kick.set()
+        else:
+            self.unannounced.pop(uid, None)
+
+    async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str) -> None:
+        w = self.workloads.get(wid.uid)
+        if ok or w is None or w.phase is not Phase.PENDING:
+            if ok and w is not None:
+                w.phase = Phase.BOUND
+            return
+        placed = self.cluster.placement_of(wid.uid)
+        if placed is None or placed[0].card.uuid != gpu_uuid:
+            return  # a result about an older decision
+        await self.release(wid.uid, gpu_uuid)
+        failures = self._bind_failures.get(wid.uid, 0) + 1
+        self._bind_failures[wid.uid] = failures
+        permanent = failures >= MAX_BIND_FAILURES
+        await self.outbox.fail(Failure(
+            wid, "bind-failed",
+            f"binding to {placed[0].card.node} gpu{placed[0].card.index} failed ({failures} of "
+            f"{MAX_BIND_FAILURES} attempts): {reason}", permanent=permanent))
+        if permanent:
+            self.workloads.pop(wid.uid, None)
+        self.kick.set()
+
+    async def release(self, uid: str, assigned_gpu: str) -> None:
+        placed = self.cluster.placement_of(uid)
+        gpu = placed[0].card.uuid if placed else assigned_gpu
+        self.cluster.remove_share(uid)
+        if not gpu:
+            return
+        shares = await self.store.release(gpu, uid)
+        state = self.cluster.card(gpu)
+        if shares is not None and state is not None:
+            self.cluster.set_shares(state.card, shares)
+        self.kick.set()
+
+    # -- the cycle ------------------------------------------------------------------------
+
+    async def activate(self) -> None:
+        """Replay done: re-announce committed but unbound placements, then start placing."""
+        for w in list(self.workloads.values()):
+            placed = self.cluster.placement_of(w.ref.uid)
+            if w.phase is Phase.PENDING and placed is not None:
+                state, share = placed
+                profile = Profile(share.profile) if share.profile in Profile._value2member_map_ \
+                    else self.default_profile
+                a = Assignment(state.card.node, state.card.uuid, state.card.index,
+                               share.memory_gib, share.compute_percent, profile, share.committed_at)
+                self.unannounced[w.ref.uid] = (w, a, share.pod_group)
+        self.active = True
+        self.kick.set()
+
+    async def loop(self, stop: asyncio.Event, tick_seconds: float) -> None:
+        """Run a cycle whenever something changed, and at least every ``tick_seconds``."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.kick.wait(), tick_seconds)
+            self.kick.clear()
+            if not self.active:
+                continue
+            started = time.perf_counter()
+            try:
+                await self.run_cycle()
+            except AlnairError as e:
+                log.warning("scheduling cycle interrupted; retrying", error=str(e))
+                await asyncio.sleep(min(tick_seconds, 0.5))
+                self.kick.set()
+            _metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
+
+    async def run_cycle(self) -> None:
+        await self._announce()
+        pending = sorted((w for w in self.workloads.values()
+                          if w.phase is Phase.PENDING and not self.cluster.is_placed(w.ref.uid)),
+                         key=lambda w: (w.created_at, w.ref.uid))
+        _metrics.PENDING.set(len(pending))
+        seen_groups: set[str] = set()
+        for w in pending:
+            key = w.group_key
+            if key is None:
+                await self.place_one(w)
+            elif key not in seen_groups:
+                seen_groups.add(key)
+                await self._place_gang(key)
+        await self._announce()
+
+    async def _announce(self) -> None:
+        for uid, (w, a, group) in list(self.unannounced.items()):
+            await self.outbox.bind(w.ref, a, group)
+            self.unannounced.pop(uid, None)
+
+    def profile_of(self, w: Workload) -> Profile:
+        return Profile.parse(w.profile) if w.profile else self.default_profile
+
+    async def _reject_invalid(self, w: Workload, e: InvalidRequestError) -> None:
+        self.workloads.pop(w.ref.uid, None)
+        await self.outbox.fail(Failure(w.ref, e.code, str(e), permanent=True))
+
+    async def check(self, w: Workload) -> Profile | None:
+        """The workload's profile, or None after rejecting what can never be placed."""
+        if w.invalid is not None:
+            await self._reject_invalid(w, w.invalid)
+            return None
+        try:
+            profile = self.profile_of(w)
+        except InvalidRequestError as e:
+            await self._reject_invalid(w, e)
+            return None
+        assert w.request is not None
+        big = too_big(self.cluster, w.request)
+        if big is not None:
+            await self.outbox.fail(Failure(w.ref, "request-exceeds-card", big, permanent=True))
+            return None
+        return profile
+
+    async def place_one(self, w: Workload, pod_group: str = "") -> bool:
+        profile = await self.check(w)
+        if profile is None:
+            return False
+        assert w.request is not None
+        choice = choose_card(self.cluster, w.request, profile, self.util)
+        if isinstance(choice, NoFit):
+            await self.outbox.fail(Failure(w.ref, choice.code, choice.summary, choice.rejections))
+            return False
+        return await self.commit(w, choice.card, profile, pod_group)
+
+    async def commit(self, w: Workload, card: Card, profile: Profile, pod_group: str) -> bool:
+        assert w.request is not None
+        now = self.clock()
+        share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, pod_group,
+                      profile.value, now, self.instance)
+        try:
+            shares = await self.store.commit(card, share)
+        except CardFullError as e:
+            _metrics.COMMIT_CONFLICTS.inc()
+            log.info("commit lost to another writer; re-reading the card", error=str(e))
+            current = await self.store.read(card.uuid)
+            if current is not None:
+                self.cluster.set_shares(card, current[1])
+            self.kick.set()
+            return False
+        self.cluster.set_shares(card, shares)
+        a = Assignment(card.node, card.uuid, card.index, share.memory_gib,
+                       share.compute_percent, profile, now)
+        self.unannounced[w.ref.uid] = (w, a, pod_group)
+        return True
+
+    async def _place_gang(self, key: str) -> None:
+        await place_gang(self, key)

@@ -1,0 +1,154 @@
+"""Filter and score: which card of which node takes a request, or why none can.
+
+One workload goes on exactly one card: a node passes when one of its healthy cards has the
+requested GiB and percent free. Among the passing cards the profile decides:
+
+* ``cost-saving`` packs: the most-used node, then the most-used card that still fits, so
+  whole nodes stay empty for big jobs (and can be scaled away);
+* ``high-performance`` spreads: the least-used card, and among equally used cards the
+  least-used node — tenants interfere through the card they share, so the card comes first;
+* ``utilisation-aware`` prefers the card with the most *measured* headroom (peak SM
+  utilisation over the window, or the committed compute where no fresh sample exists), and
+  also refuses a card whose measured memory in use leaves too little room.
+
+Ties break on node name and card index so the same state always gives the same answer.
+``overlay`` adds uncommitted usage (a gang being planned) on top of the committed shares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._cluster import CardState, Cluster
+from ._domain import Profile, Rejection, Request
+from ._utilisation import UtilisationTracker
+
+Overlay = dict[str, tuple[int, int]]
+SHOWN_NODES = 3
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """No card fits: the per-node reasons and a one-line summary for people."""
+
+    code: str
+    summary: str
+    rejections: tuple[Rejection, ...]
+
+
+@dataclass(frozen=True)
+class _Free:
+    state: CardState
+    memory: int
+    compute: int
+    measured_util: float | None
+
+
+def _free(state: CardState, overlay: Overlay, util: UtilisationTracker | None) -> _Free:
+    extra_m, extra_c = overlay.get(state.card.uuid, (0, 0))
+    memory = state.free_memory - extra_m
+    compute = state.free_compute - extra_c
+    measured = util.load(state.card.uuid) if util is not None else None
+    if measured is None:
+        return _Free(state, memory, compute, None)
+    measured_free = math.floor(state.card.memory_gib - measured.memory_used_gib)
+    return _Free(state, min(memory, measured_free), compute, measured.utilization_ratio)
+
+
+def _ratio(state: CardState, overlay: Overlay, add: Request | None = None) -> float:
+    c = state.card
+    extra_m, extra_c = overlay.get(c.uuid, (0, 0))
+    mem = state.used_memory + extra_m + (add.memory_gib if add else 0)
+    comp = state.used_compute + extra_c + (add.compute_percent if add else 0)
+    return (mem / c.memory_gib + comp / max(c.compute_percent, 1)) / 2
+
+
+def choose_card(cluster: Cluster, request: Request, profile: Profile,
+                util: UtilisationTracker | None = None,
+                overlay: Overlay | None = None) -> CardState | NoFit:
+    """The best card for ``request`` under ``profile``, or why no card fits."""
+    overlay = overlay or {}
+    tracker = util if profile is Profile.UTILISATION_AWARE else None
+    best: CardState | None = None
+    best_key: tuple[float | str | int, ...] | None = None
+    rejections: list[tuple[int, Rejection]] = []
+    for node in sorted(cluster.nodes):
+        cards = cluster.nodes[node]
+        frees = [_free(s, overlay, tracker) for s in cards.values() if s.card.healthy]
+        fitting = [f for f in frees
+                   if f.memory >= request.memory_gib and f.compute >= request.compute_percent]
+        if not fitting:
+            rejections.append(_reject(node, cards, frees, request, tracker is not None))
+            continue
+        healthy = [f.state for f in frees]
+        node_load = sum(_ratio(s, overlay) for s in healthy) / len(healthy)
+        for f in fitting:
+            key = _key(profile, f, node_load, overlay, request)
+            if best_key is None or key < best_key:
+                best, best_key = f.state, key
+    if best is not None:
+        return best
+    return _no_fit(request, rejections, cluster)
+
+
+def _key(profile: Profile, f: _Free, node_load: float, overlay: Overlay,
+         request: Request) -> tuple[float | str | int, ...]:
+    card = f.state.card
+    if profile is Profile.COST_SAVING:
+        return (-node_load, -_ratio(f.state, overlay, request), card.node, card.index)
+    if profile is Profile.HIGH_PERFORMANCE:
+        return (_ratio(f.state, overlay), node_load, card.node, card.index)
+    committed = 1 - f.compute / max(card.compute_percent, 1)
+    load = committed if f.measured_util is None else max(committed, f.measured_util)
+    return (load, node_load, card.node, card.index)
+
+
+def _reject(node: str, cards: dict[str, CardState], frees: list[_Free], request: Request,
+            measured: bool) -> tuple[int, Rejection]:
+    if not cards:
+        return (-1, Rejection(node, "no-gpus", "node has no GPUs in its inventory"))
+    if not frees:
+        reasons = "; ".join(f"gpu{s.card.index}: {s.card.health_reason or 'unhealthy'}"
+                            for s in sorted(cards.values(), key=lambda s: s.card.index))
+        return (-1, Rejection(node, "unhealthy", f"no healthy GPU ({reasons})"))
+    mem_ok = [f for f in frees if f.memory >= request.memory_gib]
+    if mem_ok:
+        code = "insufficient-compute"
+    elif measured and any(f.state.free_memory >= request.memory_gib for f in frees):
+        code = "insufficient-measured-memory"
+    else:
+        code = "insufficient-memory"
+    top = max(frees, key=lambda f: (f.memory, f.compute))
+    listed = ", ".join(f"gpu{f.state.card.index} {f.memory} GiB/{f.compute} %"
+                       for f in sorted(frees, key=lambda f: f.state.card.index))
+    return (top.memory, Rejection(node, code, f"{request} requested; free: {listed}"))
+
+
+def _no_fit(request: Request, rejections: list[tuple[int, Rejection]], cluster: Cluster) -> NoFit:
+    if not rejections:
+        return NoFit("no-nodes", "no node with Alnair GPUs is known yet (no inventory received)", ())
+    ordered = sorted(rejections, key=lambda r: (-r[0], r[1].node))
+    codes = {r.code for _, r in ordered}
+    code = codes.pop() if len(codes) == 1 else "insufficient-resources"
+    shown = []
+    for _, r in ordered[:SHOWN_NODES]:
+        shown.append(f"{r.node}: {r.message.split('free: ', 1)[-1]}")
+    more = len(ordered) - SHOWN_NODES
+    tail = f" (and {more} more nodes)" if more > 0 else ""
+    summary = f"no card with {request} free: " + "; ".join(shown) + tail
+    return NoFit(code, summary, tuple(r for _, r in ordered))
+
+
+def too_big(cluster: Cluster, request: Request) -> str | None:
+    """Why ``request`` exceeds every healthy card, or None; such a request is never split."""
+    mem, comp = cluster.largest_card()
+    if mem == 0:
+        return None
+    if request.memory_gib > mem:
+        return (f"{request.memory_gib} GiB requested, but the largest card has {mem} GiB; Alnair "
+                "places a workload on one card and never splits it across cards: ask for at most "
+                f"{mem} GiB, or request whole GPUs (nvidia.com/gpu) from the default scheduler")
+    if request.compute_percent > comp:
+        return f"{request.compute_percent} % compute requested, but the largest card offers {comp} %"
+    return None
