@@ -1,10 +1,147 @@
-"""The device plugin service."""
+"""The device plugin service: fractional GPUs for the kubelet, fed by the scheduler's decisions.
+
+Start-up order matters: the GPU source and the assignment index first (a restarted plugin
+knows every assignment it had), then the bus consumers (decisions made while it was down are
+delivered now), then the kubelet sockets — so the first Allocate already sees everything.
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import re
+
+from alnair.v1 import inventory_pb2, scheduling_pb2, workload_pb2
+from alnair_common import DurableConsumer, PermanentError, Service, TypedKV, subjects
+from alnair_gpu import InventorySource, NodeGpus, to_proto
+
+from ._allocator import Allocator, ContainerPaths
+from ._assignments import Assignment, AssignmentIndex, assignment_from_proto
+from ._device_state import DeviceState
+from ._kubelet_link import KubeletLink
+from ._plugin_server import ResourcePlugin
+from ._settings import DevicePluginSettings, open_source
+from ._units import Resource
+from ._workspace import Workspaces
+
+ENDED = (workload_pb2.WORKLOAD_PHASE_SUCCEEDED, workload_pb2.WORKLOAD_PHASE_FAILED,
+         workload_pb2.WORKLOAD_PHASE_DELETED)
 
 
 class DevicePluginService(Service):
     name = "device-plugin"
-    role = "skeleton: connected and healthy; serves no kubelet API yet (device plugin issue #5)"
+    role = "kubelet device plugin for alnair/vgpu-memory and alnair/vgpu-compute; publishes the node's GPUs"
+    settings_class = DevicePluginSettings
+    settings: DevicePluginSettings
+
+    def __init__(self, settings: DevicePluginSettings, source: InventorySource | None = None) -> None:
+        super().__init__(settings)
+        self.node = settings.node_name
+        self.source = source
+        self.index: AssignmentIndex | None = None
+        self.workspaces: Workspaces | None = None
+        self.state: DeviceState | None = None
+        self.link: KubeletLink | None = None
+        self._stopping = asyncio.Event()
+        self._inventory_kv: TypedKV[inventory_pb2.NodeInventory] | None = None
+
+    async def setup(self) -> None:
+        s = self.settings
+        assert self.bus is not None
+        if self.source is None:
+            self.source = await asyncio.to_thread(open_source, s.gpus)
+        gpus = self.source.inventory()
+        self.state = DeviceState(gpus)
+        self.index = AssignmentIndex(s.state_dir)
+        self.workspaces = Workspaces(s.workspace_root)
+        self._remove_orphan_workspaces()
+        self._inventory_kv = await TypedKV.open(self.bus, "node_inventory", inventory_pb2.NodeInventory)
+        await self.publish_inventory(gpus)
+
+        durable = "device-plugin-" + re.sub(r"[^A-Za-z0-9_-]", "_", self.node)
+        await self.consume(DurableConsumer(
+            self.bus, stream="SCHEDULING", durable=durable, subject=subjects.sched_bind(),
+            message_type=scheduling_pb2.BindDecision, handler=self._on_bind, max_deliver=10, ack_wait=30.0))
+        await self.consume(DurableConsumer(
+            self.bus, stream="WORKLOADS", durable=f"{durable}-workloads", subject=subjects.workload_events(),
+            message_type=workload_pb2.WorkloadEvent, handler=self._on_workload_event, max_deliver=10,
+            ack_wait=30.0))
+
+        allocator = Allocator(self.index, self.workspaces, ContainerPaths(
+            interceptor_host=s.interceptor_host_path, interceptor_container=s.interceptor_container_path,
+            workspace_container=s.workspace_container_path), gpus=lambda: self._current().gpus)
+        plugins = [ResourcePlugin(r, self.state, allocator) for r in Resource]
+        self.link = KubeletLink(s.device_plugin_dir, plugins, poll_seconds=s.kubelet_poll_seconds)
+        self.health.checks["kubelet"] = self._check_kubelet
+        self.spawn(self.link.run(self._stopping), "kubelet-link")
+        self.spawn(self._watch_health(), "gpu-health")
+
+    async def teardown(self) -> None:
+        self._stopping.set()
+        if self.source is not None:
+            self.source.close()
+
+    def _current(self) -> DeviceState:
+        assert self.state is not None
+        return self.state
+
+    async def publish_inventory(self, gpus: NodeGpus) -> None:
+        """The full inventory on ``alnair.node.<node>.inventory`` and in ``node_inventory``."""
+        assert self.bus is not None and self._inventory_kv is not None
+        message = to_proto(gpus, self.node)
+        await self._inventory_kv.put(self.node, message)
+        await self.bus.publish(subjects.node_inventory(self.node), message)
+
+    async def _watch_health(self) -> None:
+        assert self.source is not None
+        while not self._stopping.is_set():
+            event = await asyncio.to_thread(self.source.wait_health_event, 0.5)
+            if event is None:
+                continue
+            gpus = self.source.inventory()
+            self.log.warning("GPU health changed", gpu=event.uuid, healthy=event.healthy, reason=event.reason,
+                             xid=event.xid)
+            await self._current().update(gpus)
+            await self.publish_inventory(gpus)
+
+    async def _on_bind(self, _: str, decision: scheduling_pb2.BindDecision) -> None:
+        if decision.assignment.node != self.node:
+            return
+        assignment = assignment_from_proto(decision.workload, decision.assignment)
+        self._keep(assignment)
+
+    async def _on_workload_event(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
+        assert self.index is not None and self.workspaces is not None
+        workload = event.workload
+        uid = workload.ref.uid
+        if workload.phase in ENDED:
+            if self.index.get(uid) is not None or workload.node == self.node:
+                self.index.end(uid)
+                if self.workspaces.remove(uid):
+                    phase = workload_pb2.WorkloadPhase.Name(workload.phase)
+                    self.log.info("workspace removed", workload=uid, phase=phase)
+            return
+        if workload.HasField("assignment") and workload.assignment.node == self.node:
+            self._keep(assignment_from_proto(workload.ref, workload.assignment))
+
+    def _keep(self, assignment: Assignment) -> None:
+        assert self.index is not None
+        if self._current().gpus.by_uuid(assignment.gpu_uuid) is None:
+            raise PermanentError(
+                f"assignment of {assignment.workload_id} names GPU {assignment.gpu_uuid}, which node {self.node} "
+                f"does not have ({', '.join(g.uuid for g in self._current().gpus.gpus)})")
+        if self.index.add(assignment):
+            self.log.info("assignment kept", workload=assignment.workload_id, gpu=assignment.gpu_uuid,
+                          memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)
+
+    def _remove_orphan_workspaces(self) -> None:
+        """After a restart: a workspace whose workload is no longer assigned here is left over."""
+        assert self.index is not None and self.workspaces is not None
+        for uid in self.workspaces.existing():
+            if self.index.get(uid) is None:
+                self.workspaces.remove(uid)
+                self.log.info("orphan workspace removed", workload=uid)
+
+    async def _check_kubelet(self) -> str | None:
+        if self.link is not None and self.link.registered.is_set():
+            return None
+        return f"not registered with the kubelet at {self.settings.device_plugin_dir / 'kubelet.sock'}"

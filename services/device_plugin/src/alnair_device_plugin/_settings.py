@@ -1,0 +1,40 @@
+"""The device plugin's settings (``ALNAIR_*`` environment) and its GPU source choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from alnair_common import ServiceSettings
+from alnair_gpu import InventorySource, NvmlInventory, RecordedInventory, SimulatedInventory
+
+
+class DevicePluginSettings(ServiceSettings):
+    device_plugin_dir: Path = Field(Path("/var/lib/kubelet/device-plugins"),
+                                    description="The kubelet's device-plugins directory (kubelet.sock lives there)")
+    gpus: str = Field("nvml", description="GPU source: 'nvml', 'recorded:<inventory.json>' or 'sim:<N>x<GiB>'")
+    state_dir: Path = Field(Path("/var/lib/alnair/device-plugin"), description="The plugin's assignment index")
+    workspace_root: Path = Field(Path("/var/lib/alnair/workspaces"),
+                                 description="Host directory of per-workload workspaces (same path in the plugin)")
+    interceptor_host_path: Path = Field(Path("/var/lib/alnair/lib/libalnair_cuda.so"),
+                                        description="The interceptor on the host (copied there by the init container)")
+    interceptor_container_path: str = "/usr/local/alnair/lib/libalnair_cuda.so"
+    workspace_container_path: str = "/var/run/alnair"
+    kubelet_poll_seconds: float = Field(0.25, gt=0, le=2.0)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_source(cls, value: str) -> str:
+        if value == "nvml" or value.startswith(("recorded:", "sim:")):
+            return value
+        raise ValueError("expected 'nvml', 'recorded:<path to inventory.json>' or 'sim:<N>x<GiB>' (e.g. sim:2x80)")
+
+
+def open_source(spec: str) -> InventorySource:
+    """The GPU source a ``gpus`` setting names; errors name the problem (GpuError)."""
+    if spec == "nvml":
+        return NvmlInventory()
+    if spec.startswith("recorded:"):
+        return RecordedInventory.load(spec.removeprefix("recorded:"))
+    return SimulatedInventory.parse(spec)
