@@ -10,6 +10,7 @@ Replay follows NVML's semantics rather than the file's raw rows: a process's uti
 value, so the replay holds the last value per (pid, GPU) too. Time is re-based: the frame
 shown is the one at ``clock() - start`` into the recording (looping by default), and
 ``sampled_at`` is the current clock, so replayed samples look live to their consumers.
+Tests pin a moment of the recording with ``position`` (seconds into it) instead.
 
 For benchmarks the recording can be widened to N GPUs x M processes: GPU ``i`` repeats the
 recorded GPU ``i mod recorded`` under a synthetic UUID (``<uuid>-r<i>``) and process slot
@@ -178,6 +179,7 @@ class ReplaySampler:
         gpus: int | None = None,
         processes_per_gpu: int | None = None,
         pid_base: int = 100_000,
+        position: Callable[[], float] | None = None,
     ) -> None:
         if gpus is not None and gpus < 1:
             raise SampleSourceError(f"replay needs at least 1 GPU, got gpus={gpus}")
@@ -190,6 +192,7 @@ class ReplaySampler:
         self._gpus = gpus
         self._per_gpu = processes_per_gpu
         self._pid_base = pid_base
+        self._position = position
 
     def pid_of(self, gpu: int, slot: int) -> int:
         """The synthetic PID of process ``slot`` on widened GPU ``gpu``."""
@@ -197,7 +200,7 @@ class ReplaySampler:
 
     def sample(self) -> GpuSnapshot:
         now = self._clock()
-        offset = now - self._start
+        offset = self._position() if self._position is not None else now - self._start
         if self._loop:
             offset %= self.recording.duration_s
         frame = self.recording.frame_at(offset)

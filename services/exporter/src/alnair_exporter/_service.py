@@ -1,10 +1,160 @@
-"""The exporter service."""
+"""The exporter service: sample every period, expose on ``/metrics``, publish on the bus.
+
+The sampling loop runs the blocking work (NVML, region and cgroup files) in a worker thread
+and swaps in an immutable :class:`NodeView`; scrapes only format the latest view, so a slow
+scrape never delays a sample and a slow sample never blocks a scrape. A period that fails
+is logged and counted and the next one runs: the exporter keeps serving what it last knew.
+
+Workload identity comes from ``alnair.workload.events``, read from the start of the stream
+on every start (an ordered consumer), so a restarted exporter knows every workload again.
+A malformed or invalid event is counted in ``alnair_exporter_malformed_messages_total``,
+logged, and dropped.
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from alnair.v1 import workload_pb2
+from alnair_common import AlnairError, DecodeError, Service, subjects
+from alnair_common.bus import decode
+from alnair_gpu import GpuSampler
+
+from ._cuda import RegionScanner
+from ._host import HostReader
+from ._identity import CgroupPodResolver, PidResolver
+from ._sampler import NodeSampler
+from ._settings import ExporterSettings
+from ._sources import gpu_sampler
+from ._stats import ExporterStats, ForwardRegistry
+from ._view import NodeView
+from ._workloads import InvalidWorkloadEvent, WorkloadDirectory, WorkloadUpdate
+from .collectors import COLLECTORS
+
+_UNSET: Any = object()
 
 
 class ExporterService(Service):
     name = "exporter"
-    role = "skeleton: connected and healthy; measures nothing yet (GPU/CUDA metrics arrive with the exporter issue #8)"
+    role = ("measures GPUs (NVML or a replayed recording), per-process GPU use, CUDA regions and cgroups; "
+            "per-pod metrics on /metrics and alnair.metrics.*")
+    settings_class = ExporterSettings
+    settings: ExporterSettings
+
+    def __init__(self, settings: ExporterSettings, *, gpu: GpuSampler | None = _UNSET,
+                 resolver: PidResolver | None = _UNSET, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(settings)
+        self._gpu_seam = gpu
+        self._resolver_seam = resolver
+        self.clock = clock
+        self.stats = ExporterStats()
+        self.directory = WorkloadDirectory()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.view: NodeView | None = None
+        self.sampler: NodeSampler | None = None
+        self._gpu: GpuSampler | None = None
+        self._sub: Any = None
+        self._unpublishable: set[str] = set()
+
+    async def setup(self) -> None:
+        s = self.settings
+        self._gpu = gpu_sampler(s) if self._gpu_seam is _UNSET else self._gpu_seam
+        resolver = CgroupPodResolver(s.proc_root) if self._resolver_seam is _UNSET else self._resolver_seam
+        self.sampler = NodeSampler(
+            s.node_name, gpu=self._gpu,
+            scanner=RegionScanner(s.workspaces, self.directory, self.stats.region_skipped),
+            directory=self.directory, resolver=resolver,
+            host=HostReader(s.proc_root, s.cgroup_root), grace_seconds=s.grace_seconds, clock=self.clock,
+        )
+        for collector in COLLECTORS:
+            self.registry.register(collector(lambda: self.view))
+        self.registry.register(self.stats)
+        self.registry.register(ForwardRegistry(REGISTRY))
+        assert self.http is not None and self.bus is not None
+        self.http.registry = self.registry
+        self._sub = await self.bus.js.subscribe(
+            subjects.workload_events(), cb=self._on_workload_event, ordered_consumer=True,
+            deliver_policy=DeliverPolicy.ALL,
+        )
+        self.health.checks["sampling"] = self._check_sampling
+        self.spawn(self._sample_loop(), "sampling")
+
+    async def teardown(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+        if self._gpu is not None:
+            self._gpu.close()
+
+    async def _on_workload_event(self, msg: Msg) -> None:
+        try:
+            update = WorkloadUpdate.from_proto(decode(msg.subject, msg.data, workload_pb2.WorkloadEvent))
+        except DecodeError as e:
+            self.stats.message_malformed(subjects.workload_events(), "decode")
+            self.log.warning("malformed workload event dropped", subject=msg.subject, error=str(e))
+            return
+        except InvalidWorkloadEvent as e:
+            self.stats.message_malformed(subjects.workload_events(), "invalid")
+            self.log.warning("invalid workload event dropped", subject=msg.subject, error=str(e))
+            return
+        self.directory.apply(update, self.clock())
+
+    async def sample_once(self) -> NodeView:
+        """One period: measure (in a thread), swap the view, publish. Raises what sampling raised."""
+        assert self.sampler is not None
+        started = time.perf_counter()
+        view = await asyncio.to_thread(self.sampler.sample)
+        self.view = view
+        self.stats.samples += 1
+        self.stats.simulated = view.simulated
+        self.stats.last_sample_seconds = time.perf_counter() - started
+        await self._publish(view)
+        return view
+
+    async def _sample_loop(self) -> None:
+        period = self.settings.sample_period_seconds
+        while True:
+            started = time.monotonic()
+            try:
+                await self.sample_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one bad period must not stop the exporter
+                self.stats.sample_errors += 1
+                self.log.exception("sampling period failed; serving the last view", error=str(e))
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    async def _publish(self, view: NodeView) -> None:
+        assert self.bus is not None
+        node = self.settings.node_name
+        try:
+            await self.bus.publish(subjects.gpu_metrics(node), view.batch())
+        except AlnairError as e:
+            self._publish_failed(f"node:{node}", str(e))
+        for usage in view.fresh_cuda:
+            try:
+                subject = subjects.cuda_metrics(node, usage.workload.uid)
+                await self.bus.publish(subject, usage.to_proto(node, view.sampled_at))
+            except AlnairError as e:
+                self._publish_failed(usage.workload.uid, str(e))
+
+    def _publish_failed(self, key: str, error: str) -> None:
+        self.stats.publish_errors += 1
+        if key not in self._unpublishable:
+            self._unpublishable.add(key)
+            self.log.warning("sample not published", key=key, error=error)
+
+    async def _check_sampling(self) -> str | None:
+        view, period = self.view, self.settings.sample_period_seconds
+        if view is None:
+            return "no sample taken yet"
+        age = self.clock() - view.sampled_at
+        if age > max(10 * period, 5.0):
+            return f"last sample is {age:.1f} s old (period {period:.2f} s)"
+        return None

@@ -1,0 +1,165 @@
+"""Host-side usage of workloads from cgroup v2 and ``/proc``: CPU, memory, disk I/O, network.
+
+The profiler needs these in both modes, and the same files exist in both: a pod's processes
+sit in ``.../kubepods.../pod<uid>/...`` cgroups, a local workload's in whatever cgroup the
+agent started it in. The exporter knows a workload's PIDs (its GPU processes, the processes
+attached to its CUDA region); each PID's ``/proc/<pid>/cgroup`` line ``0::<path>`` names its
+cgroup, widened to the pod's cgroup where the path has a ``pod<uid>`` level, so all of a
+pod's containers count. Network comes from ``/proc/<pid>/net/dev`` (per network namespace,
+loopback excluded), as cgroups do not account it.
+
+Counters are exposed as totals; rates for the bus are computed between two periods. A file
+that is missing (cgroup v1 hosts, a controller not enabled, a process that just exited)
+leaves that quantity ``None`` rather than failing the sample.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from alnair.v1 import metrics_pb2
+
+from ._workloads import WorkloadInfo
+
+_POD_LEVEL = re.compile(r"pod[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostCounters:
+    """Totals of one workload; ``None`` where the host does not provide the quantity."""
+
+    cpu_seconds_total: float | None = None
+    memory_bytes: int | None = None
+    disk_read_bytes_total: int | None = None
+    disk_write_bytes_total: int | None = None
+    network_receive_bytes_total: int | None = None
+    network_transmit_bytes_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostUsage:
+    workload: WorkloadInfo
+    at: float
+    counters: HostCounters
+    previous: HostCounters | None = None
+    previous_at: float | None = None
+
+    def _rate(self, name: str) -> float:
+        if self.previous is None or self.previous_at is None or self.at <= self.previous_at:
+            return 0.0
+        now, before = getattr(self.counters, name), getattr(self.previous, name)
+        if now is None or before is None or now < before:
+            return 0.0
+        return (now - before) / (self.at - self.previous_at)
+
+    def to_proto(self) -> metrics_pb2.HostSample:
+        return metrics_pb2.HostSample(
+            workload=self.workload.to_proto(),
+            cpu_cores=self._rate("cpu_seconds_total"),
+            memory_bytes=self.counters.memory_bytes or 0,
+            disk_read_bytes_per_second=self._rate("disk_read_bytes_total"),
+            disk_write_bytes_per_second=self._rate("disk_write_bytes_total"),
+            network_receive_bytes_per_second=self._rate("network_receive_bytes_total"),
+            network_transmit_bytes_per_second=self._rate("network_transmit_bytes_total"),
+        )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _keyed(text: str | None, key: str) -> int | None:
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key:
+            return int(parts[1])
+    return None
+
+
+def _io_totals(text: str | None) -> tuple[int | None, int | None]:
+    """Sum ``rbytes=``/``wbytes=`` over the devices of an ``io.stat``."""
+    if text is None:
+        return None, None
+    read = write = 0
+    for line in text.splitlines():
+        for field in line.split()[1:]:
+            key, _, value = field.partition("=")
+            if key == "rbytes":
+                read += int(value)
+            elif key == "wbytes":
+                write += int(value)
+    return read, write
+
+
+def _net_totals(text: str | None) -> tuple[int | None, int | None]:
+    """Receive/transmit bytes over the non-loopback interfaces of a ``net/dev``."""
+    if text is None:
+        return None, None
+    rx = tx = 0
+    for line in text.splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        values = fields.split()
+        if name.strip() == "lo" or len(values) < 9:
+            continue
+        rx += int(values[0])
+        tx += int(values[8])
+    return rx, tx
+
+
+def _add(a: int | float | None, b: int | float | None) -> int | float | None:
+    return b if a is None else a if b is None else a + b
+
+
+class HostReader:
+    """Reads cgroup v2 and /proc for the PIDs of each workload."""
+
+    def __init__(self, proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> None:
+        self.proc = proc_root
+        self.cgroup = cgroup_root
+
+    def cgroup_of(self, pid: int) -> Path | None:
+        """The cgroup v2 directory accounting ``pid`` (its pod's, where it has one)."""
+        text = _read(self.proc / str(pid) / "cgroup")
+        for line in (text or "").splitlines():
+            if line.startswith("0::"):
+                rel = line[3:].strip().lstrip("/")
+                parts = rel.split("/") if rel else []
+                for i, part in enumerate(parts):
+                    if _POD_LEVEL.search(part):
+                        parts = parts[: i + 1]
+                        break
+                return self.cgroup.joinpath(*parts)
+        return None
+
+    def counters(self, pids: set[int]) -> HostCounters:
+        """Totals over the distinct cgroups and network namespaces of ``pids``."""
+        cgroups: set[Path] = set()
+        netns: dict[str, int] = {}
+        for pid in pids:
+            if (cg := self.cgroup_of(pid)) is not None:
+                cgroups.add(cg)
+            try:
+                netns.setdefault(os.readlink(self.proc / str(pid) / "ns" / "net"), pid)
+            except OSError:
+                netns.setdefault(f"pid:{pid}", pid)
+        total = HostCounters()
+        cpu = mem = rd = wr = rx = tx = None
+        for cg in sorted(cgroups):
+            usec = _keyed(_read(cg / "cpu.stat"), "usage_usec")
+            cpu = _add(cpu, None if usec is None else usec / 1e6)
+            current = _read(cg / "memory.current")
+            mem = _add(mem, int(current) if current and current.strip().isdigit() else None)
+            r, w = _io_totals(_read(cg / "io.stat"))
+            rd, wr = _add(rd, r), _add(wr, w)
+        for pid in netns.values():
+            r, t = _net_totals(_read(self.proc / str(pid) / "net" / "dev"))
+            rx, tx = _add(rx, r), _add(tx, t)
+        if cgroups or netns:
+            total = HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
+        return total

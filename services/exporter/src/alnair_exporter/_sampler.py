@@ -1,0 +1,167 @@
+"""One sampling period: measure, attribute to workloads, keep finished ones for the grace period.
+
+Attribution order for a GPU process: the CUDA regions first (the interceptor lists each
+workload's PIDs, in both modes), then the :class:`PidResolver` (cgroup → pod). A process
+neither knows stays on the device series and on the bus with an empty workload, never on a
+pod's series.
+
+Bounded cardinality: a workload is *live* while it has a GPU process or a live process in its
+region and no event said it finished. Its series stay, frozen at their last values, for
+``grace_seconds`` after it stopped being live, then disappear (and a finished workload is
+forgotten by the directory too).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+
+from alnair_gpu import GpuSampler, GpuSnapshot
+
+from ._cuda import CudaUsage, RegionReading, RegionScanner
+from ._host import HostReader, HostUsage
+from ._identity import PidResolver
+from ._view import AttributedProcess, NodeView, PodGpuUsage, WorkloadSeries
+from ._workloads import WorkloadDirectory, WorkloadInfo
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+class NodeSampler:
+    """Produces a :class:`NodeView` per call of :meth:`sample`. Not thread-safe: one caller."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        gpu: GpuSampler | None,
+        scanner: RegionScanner,
+        directory: WorkloadDirectory,
+        resolver: PidResolver | None = None,
+        host: HostReader | None = None,
+        grace_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.gpu = gpu
+        self.scanner = scanner
+        self.directory = directory
+        self.resolver = resolver
+        self.host = host
+        self.grace = grace_seconds
+        self.clock = clock
+        self._kept: dict[str, WorkloadSeries] = {}
+        self._last_live: dict[str, float] = {}
+        self._hosts: dict[str, HostUsage] = {}
+
+    def sample(self) -> NodeView:
+        now = self.clock()
+        snap = self.gpu.sample() if self.gpu is not None else GpuSnapshot(now, (), ())
+        readings = self.scanner.scan()
+        owner_of: dict[int, WorkloadInfo] = {}
+        for r in readings:
+            for pid in r.pids():
+                owner_of[pid] = r.workload
+        processes = tuple(AttributedProcess(p, self._owner(p.pid, owner_of)) for p in snap.processes)
+
+        current: dict[str, WorkloadSeries] = {}
+        pids: dict[str, set[int]] = defaultdict(set)
+        for uid, gpus in self._pod_usage(snap, processes).items():
+            current[uid] = WorkloadSeries(gpus[0].workload, gpus=tuple(gpus))
+        for p in processes:
+            if p.workload is not None:
+                pids[p.workload.uid].add(p.sample.pid)
+        fresh_cuda: list[CudaUsage] = []
+        for r in readings:
+            uid = r.workload.uid
+            cuda = tuple(r.usage(self._gpu_uuid_of(r, snap)))
+            fresh_cuda += cuda
+            live = bool(r.region.active()) or uid in current
+            base = current.get(uid, WorkloadSeries(r.workload, live=live))
+            current[uid] = WorkloadSeries(r.workload, base.gpus, cuda, live=live)
+            pids[uid] |= r.pids()
+        if self.host is not None:
+            for uid, series in list(current.items()):
+                if pids[uid]:
+                    current[uid] = WorkloadSeries(series.workload, series.gpus, series.cuda,
+                                                  self._host_usage(series.workload, pids[uid], now), series.live)
+        return NodeView(self.node, snap.sampled_at, snap.simulated, snap.devices, processes,
+                        self._retain(now, current), tuple(fresh_cuda))
+
+    def _owner(self, pid: int, owner_of: dict[int, WorkloadInfo]) -> WorkloadInfo | None:
+        if pid in owner_of:
+            return owner_of[pid]
+        uid = self.resolver.workload_uid(pid) if self.resolver is not None else None
+        if uid is None:
+            return None
+        return self.directory.get(uid) or WorkloadInfo.unnamed(uid)
+
+    @staticmethod
+    def _pod_usage(snap: GpuSnapshot, processes: tuple[AttributedProcess, ...]) -> dict[str, list[PodGpuUsage]]:
+        index = {d.uuid: d.index for d in snap.devices}
+        groups: dict[tuple[str, str], list[AttributedProcess]] = defaultdict(list)
+        for p in processes:
+            if p.workload is not None:
+                groups[(p.workload.uid, p.sample.gpu_uuid)].append(p)
+        out: dict[str, list[PodGpuUsage]] = defaultdict(list)
+        for (uid, gpu_uuid), members in groups.items():
+            out[uid].append(PodGpuUsage(
+                workload=members[0].workload,  # type: ignore[arg-type]
+                gpu_uuid=gpu_uuid, gpu_index=index.get(gpu_uuid, -1),
+                sm_utilization_ratio=_sum([m.sample.sm_utilization_ratio for m in members]),
+                memory_bandwidth_ratio=_sum([m.sample.memory_bandwidth_ratio for m in members]),
+                memory_used_bytes=sum(m.sample.memory_used_bytes or 0 for m in members),
+                processes=len(members),
+            ))
+        return out
+
+    @staticmethod
+    def _gpu_uuid_of(reading: RegionReading, snap: GpuSnapshot) -> Callable[[int], str]:
+        """CUDA ordinal → UUID: the assigned card (the workload sees only it), else by index."""
+        by_index = {d.index: d.uuid for d in snap.devices}
+        assigned = reading.workload.gpu_uuid
+
+        def of(ordinal: int) -> str:
+            if assigned and ordinal == 0:
+                return assigned
+            return by_index.get(ordinal, "")
+
+        return of
+
+    def _host_usage(self, workload: WorkloadInfo, pids: set[int], now: float) -> HostUsage:
+        assert self.host is not None
+        before = self._hosts.get(workload.uid)
+        usage = HostUsage(workload, now, self.host.counters(pids),
+                          before.counters if before else None, before.at if before else None)
+        self._hosts[workload.uid] = usage
+        return usage
+
+    def _retain(self, now: float, current: dict[str, WorkloadSeries]) -> tuple[WorkloadSeries, ...]:
+        for uid, series in current.items():
+            finished = self.directory.finished_at(uid)
+            live = series.live and finished is None
+            if live:
+                self._last_live[uid] = now
+            else:
+                self._last_live.setdefault(uid, now if finished is None else min(finished, now))
+                series = replace(series, live=False)
+            self._kept[uid] = series
+        for uid in list(self._kept):
+            finished = self.directory.finished_at(uid)
+            if finished is not None and self._last_live.get(uid, now) > finished:
+                self._last_live[uid] = finished
+            if uid not in current and self._kept[uid].live:
+                self._kept[uid] = replace(self._kept[uid], live=False)
+            if now - self._last_live.get(uid, now) > self.grace:
+                del self._kept[uid]
+                self._last_live.pop(uid, None)
+                self._hosts.pop(uid, None)
+                if finished is not None:
+                    self.directory.forget(uid)
+        return tuple(self._kept.values())
+

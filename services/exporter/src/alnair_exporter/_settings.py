@@ -1,0 +1,39 @@
+"""Settings of the exporter (``ALNAIR_*`` environment variables, validated at start-up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from alnair_common import ServiceSettings
+
+
+class ExporterSettings(ServiceSettings):
+    """Where to measure and how often.
+
+    ``gpu_source``: ``nvml`` on a GPU node; ``replay`` plays an NVML recording (CI, demos;
+    every sample is marked simulated); ``none`` measures CUDA regions and hosts only.
+    """
+
+    gpu_source: Literal["nvml", "replay", "none"] = "nvml"
+    replay_file: Path | None = Field(None, description="NVML recording (.jsonl.gz) for gpu_source=replay")
+    replay_gpus: int | None = Field(None, ge=1, le=64, description="widen the replay to this many GPUs")
+    replay_processes_per_gpu: int | None = Field(None, ge=0, le=1024)
+    sample_period_seconds: float = Field(1.0, ge=0.05, le=60.0)
+    grace_seconds: float = Field(60.0, ge=0.0, le=86400.0,
+                                 description="how long series of a finished workload stay")
+    workspaces_dir: Path | None = Field(None, description="workload workspaces; default <data_dir>/workspaces")
+    proc_root: Path = Path("/proc")
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+
+    @model_validator(mode="after")
+    def _replay_needs_file(self) -> ExporterSettings:
+        if self.gpu_source == "replay" and self.replay_file is None:
+            raise ValueError("gpu_source=replay needs ALNAIR_REPLAY_FILE (an NVML recording, .jsonl.gz)")
+        return self
+
+    @property
+    def workspaces(self) -> Path:
+        return self.workspaces_dir or self.data_dir / "workspaces"

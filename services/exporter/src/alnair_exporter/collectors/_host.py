@@ -1,0 +1,37 @@
+"""Per-pod host usage (cgroup v2, /proc) in the names cAdvisor users will recognise."""
+
+from __future__ import annotations
+
+from prometheus_client.core import Metric
+
+from .._view import NodeView
+from ._base import POD_LABELS, ViewCollector, counter, gauge, pod_labels
+
+_COUNTERS = (
+    ("alnair_pod_cpu_seconds", "cpu_seconds_total", "CPU time of the pod's cgroups, seconds."),
+    ("alnair_pod_disk_read_bytes", "disk_read_bytes_total", "Bytes the pod's cgroups read from block devices."),
+    ("alnair_pod_disk_written_bytes", "disk_write_bytes_total", "Bytes the pod's cgroups wrote to block devices."),
+    ("alnair_pod_network_receive_bytes", "network_receive_bytes_total",
+     "Bytes received on the pod's network interfaces (loopback excluded)."),
+    ("alnair_pod_network_transmit_bytes", "network_transmit_bytes_total",
+     "Bytes sent on the pod's network interfaces (loopback excluded)."),
+)
+
+
+class HostCollector(ViewCollector):
+    def families(self, view: NodeView) -> list[Metric]:
+        families: list[Metric] = []
+        hosts = [(s.workload, s.host) for s in view.series if s.host is not None]
+        for name, attr, doc in _COUNTERS:
+            c = counter(name, doc, POD_LABELS)
+            for workload, host in hosts:
+                value = getattr(host.counters, attr)  # type: ignore[union-attr]
+                if value is not None:
+                    c.add_metric(pod_labels(workload, view.node), float(value))
+            families.append(c)
+        memory = gauge("alnair_pod_memory_bytes", "Memory charged to the pod's cgroups, bytes.", POD_LABELS)
+        for workload, host in hosts:
+            if host.counters.memory_bytes is not None:  # type: ignore[union-attr]
+                memory.add_metric(pod_labels(workload, view.node), float(host.counters.memory_bytes))  # type: ignore[union-attr]
+        families.append(memory)
+        return families
