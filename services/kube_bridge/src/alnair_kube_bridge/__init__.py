@@ -1,5 +1,9 @@
-"""Alnair kube bridge."""
+"""Alnair kube-bridge: the Kubernetes adapter (pods, PodGroups, bindings, commands ↔ bus)."""
 
+from ._pods import is_alnair_pod, pod_workload
 from ._service import KubeBridgeService
+from ._settings import KubeBridgeSettings
+from ._watch import Changed, ResourceWatch, Synced
 
-__all__ = ["KubeBridgeService"]
+__all__ = ["Changed", "KubeBridgeService", "KubeBridgeSettings", "ResourceWatch", "Synced",
+           "is_alnair_pod", "pod_workload"]

@@ -1,10 +1,131 @@
-"""The kube bridge service."""
+"""kube-bridge: Kubernetes ↔ bus.
+
+Watches Alnair's pods and PodGroups and publishes their lifecycle; carries out bind
+decisions and commands from the bus. Safe to run twice: both copies compute the same
+event ids and compare-and-set the same records (duplicates are dropped), and the command
+consumers are shared durables (each command reaches one copy).
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, ClassVar
+
+from kubernetes import client as k8s
+
+from alnair.v1 import commands_pb2, scheduling_pb2
+from alnair_common import AlnairError, DurableConsumer, Service, ServiceSettings, subjects
+from alnair_lifecycle import LifecyclePublisher
+
+from ._binder import Binder
+from ._commands import Commands
+from ._kube_client import api_client
+from ._podgroups import PodGroupEvents
+from ._settings import KubeBridgeSettings
+from ._watch import Changed, ResourceWatch, Synced
+from ._workloads import PodLifecycle
+
+Item = Synced | Changed
 
 
 class KubeBridgeService(Service):
     name = "kube-bridge"
-    role = "skeleton: connected and healthy; watches no Kubernetes objects yet (adapters issue #6)"
+    role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events; bind "
+            "decisions and annotate/event/status commands → Kubernetes API")
+    settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
+
+    def __init__(self, settings: KubeBridgeSettings) -> None:
+        super().__init__(settings)
+        self.kube_settings = settings
+        self.watches: list[ResourceWatch] = []
+        self._threads: list[threading.Thread] = []
+        self._synced: set[str] = set()
+        self.api: k8s.ApiClient | None = None
+
+    async def setup(self) -> None:
+        assert self.bus is not None
+        s = self.kube_settings
+        self.api = api_client(s)
+        core = k8s.CoreV1Api(self.api)
+        custom = k8s.CustomObjectsApi(self.api)
+        ns = s.watch_namespace
+        lifecycle = await LifecyclePublisher.open(self.bus, "kube-bridge")
+        pods = PodLifecycle(lifecycle, scheduler_name=s.scheduler_name, namespace=ns)
+        groups = await PodGroupEvents.open(self.bus, ns)
+        group, version = "alnair.centaurus.io", "v1alpha1"
+        if ns:
+            list_pods = partial(core.list_namespaced_pod, ns)
+            list_groups = partial(custom.list_namespaced_custom_object, group, version, ns,
+                                  "podgroups")
+        else:
+            list_pods = core.list_pod_for_all_namespaces
+            list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
+        self._watch("pods", list_pods, pods.handle)
+        self._watch("podgroups", list_groups, groups.handle)
+        self.health.checks["kubernetes"] = self._check_synced
+
+        binder = Binder(self.bus, core, ns)
+        commands = Commands(self.bus, self.api, ns)
+        await self.consume(DurableConsumer(
+            self.bus, stream="SCHEDULING", durable="kube-bridge-bind",
+            subject=subjects.sched_bind(), message_type=scheduling_pb2.BindDecision,
+            handler=binder.handle))
+        for durable, subject, message_type, handler in (
+            ("kube-bridge-annotate", subjects.cmd_annotate(), commands_pb2.AnnotateCommand,
+             commands.annotate),
+            ("kube-bridge-event", subjects.cmd_event(), commands_pb2.RecordEventCommand,
+             commands.event),
+            ("kube-bridge-status", subjects.cmd_status(), commands_pb2.StatusUpdateCommand,
+             commands.status),
+        ):
+            await self.consume(DurableConsumer(
+                self.bus, stream="COMMANDS", durable=durable, subject=subject,
+                message_type=message_type, handler=handler))
+
+    def _watch(self, kind: str, list_call: Callable[..., Any],
+               handle: Callable[[Item], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Item] = asyncio.Queue()
+        watch = ResourceWatch(kind, list_call,
+                              lambda item: loop.call_soon_threadsafe(queue.put_nowait, item),
+                              watch_timeout_seconds=self.kube_settings.watch_timeout_seconds)
+        thread = threading.Thread(target=watch.run, name=f"watch-{kind}", daemon=True)
+        self.watches.append(watch)
+        self._threads.append(thread)
+        thread.start()
+        self.spawn(self._drain(kind, queue, handle), name=f"events-{kind}")
+
+    async def _drain(self, kind: str, queue: asyncio.Queue[Item],
+                     handle: Callable[[Item], Awaitable[None]]) -> None:
+        """Hand each item to ``handle`` in order; an item that fails is retried, never skipped."""
+        while True:
+            item = await queue.get()
+            delay = 0.1
+            while True:
+                try:
+                    await handle(item)
+                    break
+                except AlnairError as e:
+                    self.log.warning("publishing failed; retrying", kind=kind, error=str(e),
+                                     retry_in=delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            if isinstance(item, Synced):
+                self._synced.add(kind)
+
+    async def _check_synced(self) -> str | None:
+        missing = sorted({w.kind for w in self.watches} - self._synced)
+        return f"initial list not yet published: {', '.join(missing)}" if missing else None
+
+    async def teardown(self) -> None:
+        for watch in self.watches:
+            watch.stop()
+        for thread in self._threads:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(thread.join, self.kube_settings.watch_timeout_seconds + 5)
+        if self.api is not None:
+            self.api.close()

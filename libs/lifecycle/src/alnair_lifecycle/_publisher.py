@@ -1,0 +1,87 @@
+"""Publish each workload transition exactly once, across restarts and duplicate adapters.
+
+The last event published per workload uid is kept in the ``workload_states`` KV bucket.
+A transition is published only when it is later in the lifecycle than that record, with
+``sequence`` one above it and the message id ``<uid>:<phase>:<sequence>``; then the record
+is advanced by compare-and-set. If the adapter dies between the two steps, its successor
+computes the same id and JetStream's duplicate window drops the second copy; if two
+adapters race, the loser of the compare-and-set sees the winner's record and stops. So a
+consumer sees every transition once, in order, whatever happened to the adapter.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from alnair.v1 import workload_pb2 as wl
+from alnair_common import Bus, RevisionConflictError, TypedKV, get_logger, subjects
+
+from ._phases import is_after, phase_name
+
+BUCKET = "workload_states"
+log = get_logger("alnair.lifecycle")
+
+
+class LifecyclePublisher:
+    """Publishes WorkloadEvents for one adapter (``source``: "kube-bridge", "local-agent@h")."""
+
+    def __init__(self, bus: Bus, kv: TypedKV[wl.WorkloadEvent], source: str) -> None:
+        self.bus = bus
+        self.kv = kv
+        self.source = source
+
+    @classmethod
+    async def open(cls, bus: Bus, source: str) -> LifecyclePublisher:
+        return cls(bus, await TypedKV.open(bus, BUCKET, wl.WorkloadEvent), source)
+
+    async def last(self, uid: str) -> wl.WorkloadEvent | None:
+        """The last event published for ``uid`` by any adapter, or None."""
+        found = await self.kv.get(_key(uid))
+        return found.value if found else None
+
+    async def states(self) -> list[wl.WorkloadEvent]:
+        """Every workload's last event (for recovery after a restart, and `alnair ps`)."""
+        events = []
+        for key in await self.kv.keys():
+            found = await self.kv.get(key)
+            if found is not None:
+                events.append(found.value)
+        return events
+
+    async def publish(self, workload: wl.Workload, *, observed_at: datetime | None = None) -> bool:
+        """Publish ``workload``'s phase if it is news; return whether it was published."""
+        uid = workload.ref.uid
+        for _ in range(20):
+            current = await self.kv.get(_key(uid))
+            last = current.value if current else None
+            if last is not None and not is_after(workload.phase, last.workload.phase):
+                return False
+            event = wl.WorkloadEvent(source=self.source,
+                                     sequence=(last.sequence if last else 0) + 1)
+            event.workload.CopyFrom(workload)
+            event.workload.ClearField("environment")  # never leaves the submit message
+            event.observed_at.FromDatetime(observed_at or datetime.now(UTC))
+            msg_id = f"{uid}:{phase_name(workload.phase)}:{event.sequence}"
+            await self.bus.publish(subjects.workload_events(), event, msg_id=msg_id)
+            try:
+                if current is None:
+                    await self.kv.create(_key(uid), event)
+                else:
+                    await self.kv.update(_key(uid), event, current.revision)
+            except RevisionConflictError:
+                # Another adapter advanced the record meanwhile; re-read and decide again.
+                log.info("lifecycle record raced", uid=uid, phase=phase_name(workload.phase))
+                continue
+            log.info("workload event", uid=uid, name=workload.ref.name,
+                     phase=phase_name(workload.phase), sequence=event.sequence)
+            return True
+        return False
+
+    async def forget(self, uid: str) -> None:
+        """Drop the record of a deleted workload (its deleted event was published)."""
+        await self.kv.delete(_key(uid))
+
+
+def _key(uid: str) -> str:
+    """KV keys allow ``[-/_=.a-zA-Z0-9]``; uids are UUIDs, but be safe."""
+    return subjects.token(uid)

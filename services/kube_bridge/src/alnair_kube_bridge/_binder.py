@@ -1,0 +1,127 @@
+"""Carry out the scheduler's BindDecisions: annotate the pod, then bind it (Binding API).
+
+The annotation goes first so that whatever starts the container (the device plugin on the
+node) finds the card the scheduler chose the moment the pod lands there. Every step is
+idempotent: a replayed decision for a pod already bound to the chosen node is answered ok
+again; a pod bound elsewhere, gone, or recreated under the same name is answered not ok
+with the API's reason, and the decision is settled (retrying cannot help).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC
+
+from google.protobuf import json_format
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from alnair.v1 import common_pb2, scheduling_pb2
+from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+
+from ._kube_errors import MERGE_PATCH, KubeApiError, classify
+from ._pods import FILTER_TIMESTAMP, GPU_ASSIGNMENT
+
+log = get_logger("alnair.kube-bridge.bind")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A validated BindDecision for a pod."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    assignment_json: str
+    filtered_at: str
+    decision: scheduling_pb2.BindDecision
+
+    @classmethod
+    def from_proto(cls, d: scheduling_pb2.BindDecision) -> Placement:
+        w, a = d.workload, d.assignment
+        missing = [n for n, v in (("workload.uid", w.uid), ("workload.name", w.name),
+                                  ("workload.namespace", w.namespace), ("assignment.node", a.node),
+                                  ("assignment.gpu_uuid", a.gpu_uuid)) if not v]
+        if missing:
+            raise PermanentError(f"BindDecision for {w.namespace}/{w.name} lacks "
+                                 f"{', '.join(missing)}; the scheduler must set them")
+        if not 1 <= a.compute_percent <= 100:
+            raise PermanentError(f"BindDecision for {w.namespace}/{w.name}: compute_percent "
+                                 f"{a.compute_percent} is outside 1..100")
+        filtered = (a.filtered_at.ToDatetime(tzinfo=UTC) if a.HasField("filtered_at")
+                    else d.decided_at.ToDatetime(tzinfo=UTC))
+        return cls(w.uid, w.namespace, w.name, a.node,
+                   json_format.MessageToJson(a, indent=None),
+                   filtered.isoformat().replace("+00:00", "Z"), d)
+
+
+class Binder:
+    def __init__(self, bus: Bus, core: k8s.CoreV1Api, namespace: str = "") -> None:
+        self.bus = bus
+        self.core = core
+        self.namespace = namespace
+
+    async def handle(self, _subject: str, decision: scheduling_pb2.BindDecision) -> None:
+        if decision.workload.mode != common_pb2.MODE_KUBERNETES:
+            return  # the local agent's
+        if self.namespace and decision.workload.namespace != self.namespace:
+            return  # another bridge's namespace
+        try:
+            placement = Placement.from_proto(decision)
+        except PermanentError as e:
+            await self._answer(decision, ok=False, reason=str(e))
+            return
+        try:
+            await asyncio.to_thread(self._bind, placement)
+        except KubeApiError as e:
+            await self._answer(decision, ok=False, reason=str(e))
+            return
+        await self._answer(decision, ok=True, reason="")
+
+    def _bind(self, p: Placement) -> None:
+        what = f"bind pod {p.namespace}/{p.name} to {p.node}"
+        try:
+            pod = self.core.read_namespaced_pod(p.name, p.namespace)
+        except Exception as e:  # noqa: BLE001 - classified below
+            raise classify(e, what) from e
+        if pod.metadata.uid != p.uid:
+            raise KubeApiError(f"{what}: pod was recreated (uid {pod.metadata.uid}, the "
+                               f"decision is for {p.uid})", 409)
+        if pod.spec.node_name:
+            if pod.spec.node_name == p.node:
+                return  # a replay: already done
+            raise KubeApiError(f"{what}: already bound to {pod.spec.node_name}", 409)
+        patch = {"metadata": {"annotations": {GPU_ASSIGNMENT: p.assignment_json,
+                                              FILTER_TIMESTAMP: p.filtered_at}}}
+        body = k8s.V1Binding(metadata=k8s.V1ObjectMeta(name=p.name, uid=p.uid),
+                             target=k8s.V1ObjectReference(api_version="v1", kind="Node",
+                                                          name=p.node))
+        try:
+            self.core.patch_namespaced_pod(p.name, p.namespace, patch,
+                                           _content_type=MERGE_PATCH)
+            # The answer is a Status, not a Binding: read it raw.
+            self.core.create_namespaced_pod_binding(p.name, p.namespace, body,
+                                                    _preload_content=False).release_conn()
+        except ApiException as e:
+            if e.status == 409 and self._bound_to(p) == p.node:
+                return
+            raise classify(e, what) from e
+        except Exception as e:  # noqa: BLE001 - connection errors are temporary
+            raise classify(e, what) from e
+        log.info("pod bound", pod=f"{p.namespace}/{p.name}", node=p.node)
+
+    def _bound_to(self, p: Placement) -> str:
+        return self.core.read_namespaced_pod(p.name, p.namespace).spec.node_name or ""
+
+    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str) -> None:
+        result = scheduling_pb2.BindResult(workload=d.workload, ok=ok, reason=reason,
+                                           assignment=d.assignment)
+        if not ok:
+            log.warning("bind failed", workload=d.workload.name, reason=reason)
+            await publish_error(self.bus, code="bind-failed", message=reason,
+                                subject=subjects.sched_bind(),
+                                obj=f"{d.workload.namespace}/{d.workload.name}")
+        await self.bus.publish(subjects.sched_bound(), result,
+                               msg_id=f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}")

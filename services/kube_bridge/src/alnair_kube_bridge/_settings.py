@@ -1,0 +1,22 @@
+"""Settings of kube-bridge (``ALNAIR_*`` environment variables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from alnair_common import ServiceSettings
+
+
+class KubeBridgeSettings(ServiceSettings):
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig to use; unset means in-cluster service-account credentials")
+    watch_namespace: str = Field(
+        "", description="Namespace to watch and act in; empty watches every namespace")
+    scheduler_name: str = Field("alnair-scheduler", description="schedulerName of Alnair's pods")
+    watch_timeout_seconds: int = Field(
+        30, ge=1, le=3600,
+        description="Server-side timeout of one watch request; the watch then resumes from its "
+                    "resourceVersion (bounds how long a stop waits for a quiet watch)")
+    api_timeout_seconds: float = Field(10.0, gt=0, le=300, description="Timeout of API calls")

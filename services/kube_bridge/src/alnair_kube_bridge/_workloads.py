@@ -1,0 +1,91 @@
+"""Pods → workload lifecycle events, complete and in order.
+
+The bridge may miss steps: it was down, or a watch resumed after the pod had moved on. A
+consumer should still see the whole lifecycle, so a transition that skips steps is
+published with the steps the pod proves it went through (it has a node → it was bound; it
+has a start time → it ran). A pod that vanished while nobody watched is found on the next
+list (its record says it is not deleted, the API says it is gone) and published deleted.
+"""
+
+from __future__ import annotations
+
+from alnair.v1 import common_pb2
+from alnair.v1 import workload_pb2 as wl
+from alnair_common import get_logger
+from alnair_lifecycle import LifecyclePublisher, rank
+
+from ._pods import is_alnair_pod, pod_workload
+from ._watch import Changed, Synced
+
+log = get_logger("alnair.kube-bridge.pods")
+_STEPS = (wl.WORKLOAD_PHASE_PENDING, wl.WORKLOAD_PHASE_BOUND, wl.WORKLOAD_PHASE_RUNNING)
+
+
+class PodLifecycle:
+    """Publishes the lifecycle of Alnair's pods from list/watch events."""
+
+    def __init__(self, lifecycle: LifecyclePublisher, *, scheduler_name: str,
+                 namespace: str = "") -> None:
+        self.lifecycle = lifecycle
+        self.scheduler_name = scheduler_name
+        self.namespace = namespace
+
+    async def handle(self, item: Synced | Changed) -> None:
+        if isinstance(item, Synced):
+            await self._synced(item.items)
+        else:
+            await self._changed(item.type, item.obj)
+
+    async def _changed(self, kind: str, pod: dict) -> None:
+        if not is_alnair_pod(pod, self.scheduler_name):
+            return
+        if kind == "DELETED":  # the pod's last status first: it may have finished unseen
+            await self.observe(pod_workload(pod))
+        await self.observe(pod_workload(pod, deleted=kind == "DELETED"))
+
+    async def _synced(self, pods: list[dict]) -> None:
+        present: set[str] = set()
+        for pod in pods:
+            if is_alnair_pod(pod, self.scheduler_name):
+                workload = pod_workload(pod)
+                present.add(workload.ref.uid)
+                await self.observe(workload)
+        for last in await self.lifecycle.states():
+            w = last.workload
+            if (w.ref.mode != common_pb2.MODE_KUBERNETES or w.ref.uid in present
+                    or w.phase == wl.WORKLOAD_PHASE_DELETED
+                    or (self.namespace and w.ref.namespace != self.namespace)):
+                continue
+            gone = wl.Workload()
+            gone.CopyFrom(w)
+            gone.phase = wl.WORKLOAD_PHASE_DELETED
+            gone.message = "pod deleted while kube-bridge was not watching"
+            log.info("pod vanished between lists", uid=w.ref.uid, name=w.ref.name)
+            await self.lifecycle.publish(gone)
+
+    async def observe(self, workload: wl.Workload) -> None:
+        """Publish ``workload``'s phase, preceded by the steps it skipped since the last one."""
+        last = await self.lifecycle.last(workload.ref.uid)
+        done = rank(last.workload.phase) if last else 0
+        for step in _STEPS:
+            if done < rank(step) < rank(workload.phase) and _went_through(workload, step):
+                earlier = wl.Workload()
+                earlier.CopyFrom(workload)
+                earlier.phase = step
+                earlier.ClearField("finished_at")
+                earlier.ClearField("exit_code")
+                if step == wl.WORKLOAD_PHASE_PENDING:
+                    earlier.ClearField("node")
+                    earlier.ClearField("started_at")
+                elif step == wl.WORKLOAD_PHASE_BOUND:
+                    earlier.ClearField("started_at")
+                await self.lifecycle.publish(earlier)
+        await self.lifecycle.publish(workload)
+
+
+def _went_through(workload: wl.Workload, step: int) -> bool:
+    if step == wl.WORKLOAD_PHASE_PENDING:
+        return True
+    if step == wl.WORKLOAD_PHASE_BOUND:
+        return bool(workload.node)
+    return workload.HasField("started_at")
