@@ -147,8 +147,7 @@ class HostReader:
             try:
                 netns.setdefault(os.readlink(self.proc / str(pid) / "ns" / "net"), pid)
             except OSError:
-                netns.setdefault(f"pid:{pid}", pid)
-        total = HostCounters()
+                continue  # exited, or not visible from here: nothing to count
         cpu = mem = rd = wr = rx = tx = None
         for cg in sorted(cgroups):
             usec = _keyed(_read(cg / "cpu.stat"), "usage_usec")
@@ -160,6 +159,9 @@ class HostReader:
         for pid in netns.values():
             r, t = _net_totals(_read(self.proc / str(pid) / "net" / "dev"))
             rx, tx = _add(rx, r), _add(tx, t)
-        if cgroups or netns:
-            total = HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
-        return total
+        return HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
+
+    def usage_known(self, counters: HostCounters) -> bool:
+        """False when none of the files existed (every PID gone or invisible)."""
+        return any(v is not None for v in (counters.cpu_seconds_total, counters.memory_bytes,
+                                           counters.disk_read_bytes_total, counters.network_receive_bytes_total))

@@ -87,9 +87,9 @@ class NodeSampler:
             pids[uid] |= r.pids()
         if self.host is not None:
             for uid, series in list(current.items()):
-                if pids[uid]:
-                    current[uid] = WorkloadSeries(series.workload, series.gpus, series.cuda,
-                                                  self._host_usage(series.workload, pids[uid], now), series.live)
+                host = self._host_usage(series.workload, pids[uid], now) if pids[uid] else None
+                if host is not None:
+                    current[uid] = replace(series, host=host)
         return NodeView(self.node, snap.sampled_at, snap.simulated, snap.devices, processes,
                         self._retain(now, current), tuple(fresh_cuda))
 
@@ -133,10 +133,13 @@ class NodeSampler:
 
         return of
 
-    def _host_usage(self, workload: WorkloadInfo, pids: set[int], now: float) -> HostUsage:
+    def _host_usage(self, workload: WorkloadInfo, pids: set[int], now: float) -> HostUsage | None:
         assert self.host is not None
+        counters = self.host.counters(pids)
+        if not self.host.usage_known(counters):
+            return None
         before = self._hosts.get(workload.uid)
-        usage = HostUsage(workload, now, self.host.counters(pids),
+        usage = HostUsage(workload, now, counters,
                           before.counters if before else None, before.at if before else None)
         self._hosts[workload.uid] = usage
         return usage
