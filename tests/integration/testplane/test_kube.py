@@ -7,10 +7,11 @@ import contextlib
 import json
 
 import pytest
-from alnair_common.testing.kube import KubeNamespace
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
+
+from alnair_common.testing.kube import KubeNamespace
 
 GROUP = "testplane.alnair.io"
 WIDGET_CRD = {

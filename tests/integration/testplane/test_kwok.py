@@ -4,11 +4,12 @@ to them through the Binding API go Running, then finish when the test says so.""
 from __future__ import annotations
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
 from alnair_common.testing import wait_until
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
-from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 
 def _gpu_pod(name: str) -> dict:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pymongo
 import pytest
-from alnair_common.testing.mongo import MongoDatabase
 from pymongo.errors import DuplicateKeyError
+
+from alnair_common.testing.mongo import MongoDatabase
 
 
 def test_upsert_find_and_index_round_trip(mongo: MongoDatabase) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
+
 from alnair_common.testing import wait_until
 from alnair_common.testing.prometheus import PrometheusServer, PromQLError
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
 
 PEAK = 61.5 * 2**30
 LATER = 12.0 * 2**30
