@@ -58,7 +58,9 @@ class Allocator:
     def preferred(self, resource: Resource, available: list[str], must_include: list[str], size: int) -> list[str]:
         """``size`` available units of the card the matching assignment names."""
         gpus = self.gpus()
-        free = parse_units(resource, available, gpus)
+        held = self.index.held_units(resource)
+        # The kubelet offers what it believes is free; units we know are held are skipped anyway.
+        free = [u for u, d in zip(parse_units(resource, available, gpus), available, strict=True) if d not in held]
         required = parse_units(resource, must_include, gpus)
         waiting = [a for a in self.index.all() if a.needs(resource) and a.amount(resource) == size]
         group = [a for a in waiting if a.started] or waiting

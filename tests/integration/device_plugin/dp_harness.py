@@ -1,0 +1,87 @@
+"""A running device plugin between a test kubelet (real gRPC on unix sockets) and a real NATS."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from alnair.v1 import common_pb2, scheduling_pb2, workload_pb2
+from alnair_common import Bus, subjects
+from alnair_common.natsd import NatsServer
+from alnair_common.testing import wait_for
+from alnair_device_plugin import DevicePluginService, DevicePluginSettings, Resource
+from alnair_gpu import InjectedHealth
+from alnair_kubelet.api import deviceplugin_grpc as dp_grpc
+from alnair_kubelet.testing import KubeletHarness
+
+ROOT = Path(__file__).resolve().parents[3]
+H200 = ROOT / "tests" / "data" / "gpu" / "h200" / "inventory.json"
+NODE = "gpu-node-1"
+
+
+@dataclass
+class PluginEnv:
+    tmp: Path
+    nats: NatsServer
+    bus: Bus
+    kubelet: KubeletHarness
+    source: InjectedHealth
+    service: DevicePluginService | None = None
+    task: asyncio.Task[None] | None = None
+
+    def settings(self) -> DevicePluginSettings:
+        return DevicePluginSettings(
+            nats_url=self.nats.url, node_name=NODE, device_plugin_dir=self.kubelet.directory,
+            state_dir=self.tmp / "state", workspace_root=self.tmp / "workspaces",
+            interceptor_host_path=self.tmp / "lib" / "libalnair_cuda.so", kubelet_poll_seconds=0.1,
+        )
+
+    async def start(self) -> DevicePluginService:
+        self.service = DevicePluginService(self.settings(), source=self.source)
+        self.task = asyncio.create_task(self.service.run())
+        await asyncio.wait_for(self.service.ready.wait(), 15)
+        return self.service
+
+    async def stop(self) -> None:
+        if self.service is not None and self.task is not None:
+            self.service.request_stop()
+            await asyncio.wait_for(self.task, 15)
+            self.service = self.task = None
+
+    async def plugin(self, resource: Resource, after: int = 0) -> dp_grpc.DevicePluginStub:
+        registration = await self.kubelet.wait_registered(resource.resource_name, after=after, timeout=5.0)
+        return self.kubelet.plugin(registration)
+
+    async def bind(self, uid: str, gpu_uuid: str, gpu_index: int, memory_gib: int, compute_percent: int,
+                   *, node: str = NODE, wait: bool = True) -> None:
+        decision = scheduling_pb2.BindDecision(
+            workload=common_pb2.WorkloadRef(uid=uid, name=f"pod-{uid}", namespace="ml",
+                                            mode=common_pb2.MODE_KUBERNETES),
+            assignment=common_pb2.GpuAssignment(node=node, gpu_uuid=gpu_uuid, gpu_index=gpu_index,
+                                                memory_gib=memory_gib, compute_percent=compute_percent),
+            scheduler="alnair-scheduler")
+        await self.bus.publish(subjects.sched_bind(), decision)
+        if wait:
+            await wait_for(lambda: asyncio.sleep(0, self.service and self.service.index
+                                                 and self.service.index.get(uid)),
+                           what=f"assignment {uid} indexed")
+
+    async def workload_phase(self, uid: str, phase: int) -> None:
+        event = workload_pb2.WorkloadEvent(workload=workload_pb2.Workload(
+            ref=common_pb2.WorkloadRef(uid=uid, name=f"pod-{uid}", namespace="ml"), phase=phase, node=NODE))
+        await self.bus.publish(subjects.workload_events(), event)
+
+
+async def make_env(tmp_path: Path, nats_server: NatsServer, bus: Bus,
+                   source: InjectedHealth) -> AsyncIterator[PluginEnv]:
+    kubelet = KubeletHarness(tmp_path / "device-plugins")
+    await kubelet.start()
+    env = PluginEnv(tmp_path, nats_server, bus, kubelet, source)
+    await env.start()
+    try:
+        yield env
+    finally:
+        await env.stop()
+        await kubelet.stop()
