@@ -34,7 +34,7 @@ class PluginEnv:
     def settings(self) -> DevicePluginSettings:
         return DevicePluginSettings(
             nats_url=self.nats.url, node_name=NODE, device_plugin_dir=self.kubelet.directory,
-            state_dir=self.tmp / "state", workspace_root=self.tmp / "workspaces",
+            state_dir=self.tmp / "workspaces" / ".device-plugin", workspace_root=self.tmp / "workspaces",
             interceptor_host_path=self.tmp / "lib" / "libalnair_cuda.so", kubelet_poll_seconds=0.1,
         )
 

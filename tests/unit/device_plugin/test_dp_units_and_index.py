@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 
 from alnair.v1 import common_pb2
-from alnair_common import PermanentError
+from alnair_common import ConfigError, PermanentError, load_settings
 from alnair_device_plugin import (
     Assignment,
     AssignmentIndex,
+    DevicePluginSettings,
     InvalidDevicesError,
     NoAssignmentError,
     Resource,
     assignment_from_proto,
     limits_text,
+    open_source,
     parse_units,
     unit_id,
 )
@@ -85,3 +87,13 @@ def test_bad_assignments_from_the_bus_are_permanent(uid: str, memory: int, compu
         assignment_from_proto(common_pb2.WorkloadRef(uid=uid, name="p", namespace="ml"),
                               common_pb2.GpuAssignment(node="n", gpu_uuid=A, memory_gib=memory,
                                                        compute_percent=compute))
+
+
+def test_gpu_source_setting_is_validated_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALNAIR_GPUS", "h200")
+    with pytest.raises(ConfigError, match="ALNAIR_GPUS='h200'.*sim:<N>x<GiB>"):
+        load_settings(DevicePluginSettings)
+    monkeypatch.setenv("ALNAIR_GPUS", "sim:2x80")
+    settings = load_settings(DevicePluginSettings)
+    assert open_source(settings.gpus).inventory().simulated
+    assert settings.state_dir.parent == settings.workspace_root  # one hostPath holds both

@@ -14,10 +14,13 @@ class DevicePluginSettings(ServiceSettings):
     device_plugin_dir: Path = Field(Path("/var/lib/kubelet/device-plugins"),
                                     description="The kubelet's device-plugins directory (kubelet.sock lives there)")
     gpus: str = Field("nvml", description="GPU source: 'nvml', 'recorded:<inventory.json>' or 'sim:<N>x<GiB>'")
-    state_dir: Path = Field(Path("/var/lib/alnair/device-plugin"), description="The plugin's assignment index")
+    # Inside the workspaces hostPath (k8s/base/services/device-plugin.yaml mounts only that
+    # read-write); a dot-directory, so it is never taken for a workspace.
+    state_dir: Path = Field(Path("/var/lib/alnair/workspaces/.device-plugin"),
+                            description="The plugin's assignment index (must survive plugin restarts)")
     workspace_root: Path = Field(Path("/var/lib/alnair/workspaces"),
                                  description="Host directory of per-workload workspaces (same path in the plugin)")
-    interceptor_host_path: Path = Field(Path("/var/lib/alnair/lib/libalnair_cuda.so"),
+    interceptor_host_path: Path = Field(Path("/opt/alnair/lib/libalnair_cuda.so"),
                                         description="The interceptor on the host (copied there by the init container)")
     interceptor_container_path: str = "/usr/local/alnair/lib/libalnair_cuda.so"
     workspace_container_path: str = "/var/run/alnair"

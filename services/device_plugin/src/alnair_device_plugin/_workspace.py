@@ -51,7 +51,8 @@ class Workspaces:
         return not path.exists()
 
     def existing(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+        """Workspace directories; dot-directories (the plugin's own state) are not workspaces."""
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def limits_text(assignment: Assignment) -> str:
