@@ -1,0 +1,95 @@
+"""NodeSampler: attribution order, unattributed processes, and grace-period expiry on a
+virtual clock (no waiting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alnair.v1 import workload_pb2
+from alnair_common.cuda_region import DeviceRecord
+from alnair_common.cuda_region_writer import RegionWriter
+from alnair_exporter import NodeSampler, RegionScanner, StaticResolver, WorkloadDirectory, WorkloadUpdate
+from alnair_gpu import ReplaySampler, load_recording
+
+SHARE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h200" / "share_cnn_transformer.jsonl.gz"
+
+
+def _event(uid: str, name: str, phase: int = workload_pb2.WORKLOAD_PHASE_RUNNING, seq: int = 1) -> WorkloadUpdate:
+    event = workload_pb2.WorkloadEvent(sequence=seq)
+    event.workload.ref.uid, event.workload.ref.name, event.workload.ref.namespace = uid, name, "ml"
+    event.workload.phase = phase
+    return WorkloadUpdate.from_proto(event)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> tuple[NodeSampler, WorkloadDirectory, Clock, Path]:
+    clock, directory = Clock(), WorkloadDirectory()
+    directory.apply(_event("uid-cnn", "cnn"), clock.now)
+    directory.apply(_event("uid-tr", "transformer"), clock.now)
+    gpu = ReplaySampler(load_recording(SHARE), clock=clock, position=lambda: 15.0)
+    sampler = NodeSampler("n1", gpu=gpu, scanner=RegionScanner(tmp_path, directory), directory=directory,
+                          resolver=StaticResolver({469: "uid-tr"}), grace_seconds=30.0, clock=clock)
+    return sampler, directory, clock, tmp_path
+
+
+def test_region_pids_and_the_resolver_attribute_processes(node) -> None:  # type: ignore[no-untyped-def]
+    sampler, _, _, ws = node
+    (ws / "uid-cnn").mkdir()
+    RegionWriter(ws / "uid-cnn" / "cuda.region", workload_id="uid-cnn").write_slot(0, pid=3, host_pid=468)
+    view = sampler.sample()
+    owners = {p.sample.pid: p.workload.name if p.workload else None for p in view.processes}
+    assert owners == {468: "cnn", 469: "transformer"}
+    pods = {s.workload.name: s.gpus[0] for s in view.series}
+    assert pods["cnn"].memory_used_bytes == 2004877312 and pods["cnn"].sm_utilization_ratio == 0.99
+    assert pods["transformer"].memory_bandwidth_ratio == 0.26 and pods["transformer"].gpu_index == 0
+
+
+def test_a_process_nobody_knows_stays_off_the_pod_series(node) -> None:  # type: ignore[no-untyped-def]
+    sampler, _, _, _ = node
+    sampler.resolver = StaticResolver({})
+    view = sampler.sample()
+    assert {p.workload for p in view.processes} == {None}
+    assert view.series == ()
+    assert {p.pid for p in view.batch().processes} == {468, 469}  # still published, without a workload
+
+
+def test_series_stay_for_the_grace_period_after_the_workload_finished(node) -> None:  # type: ignore[no-untyped-def]
+    sampler, directory, clock, _ = node
+    assert {s.workload.uid for s in sampler.sample().series} == {"uid-tr"}
+    directory.apply(_event("uid-tr", "transformer", workload_pb2.WORKLOAD_PHASE_SUCCEEDED, seq=2), clock.now)
+    clock.now += 29.0
+    kept = sampler.sample().series
+    assert [(s.workload.uid, s.live) for s in kept] == [("uid-tr", False)]
+    clock.now += 2.0
+    assert sampler.sample().series == ()
+    assert directory.get("uid-tr") is None  # forgotten too: the directory stays bounded
+
+
+def test_stale_events_do_not_undo_newer_ones(node) -> None:  # type: ignore[no-untyped-def]
+    _, directory, clock, _ = node
+    directory.apply(_event("uid-cnn", "cnn", workload_pb2.WORKLOAD_PHASE_FAILED, seq=5), clock.now)
+    assert not directory.apply(_event("uid-cnn", "cnn", workload_pb2.WORKLOAD_PHASE_RUNNING, seq=4), clock.now)
+    assert directory.finished_at("uid-cnn") == clock.now
+
+
+def test_exited_processes_keep_their_counters_but_not_their_memory(tmp_path: Path) -> None:
+    directory = WorkloadDirectory()
+    directory.apply(_event("uid-a", "a"), 0.0)
+    (tmp_path / "uid-a").mkdir()
+    region = RegionWriter(tmp_path / "uid-a" / "cuda.region", workload_id="uid-a")
+    region.write_slot(0, pid=1, devices={0: DeviceRecord(kernel_launches=10, memory_used_bytes=100)})
+    region.write_slot(1, pid=2, state="exited", devices={0: DeviceRecord(kernel_launches=5, memory_used_bytes=7)})
+    (reading,) = RegionScanner(tmp_path, directory).scan()
+    (usage,) = reading.usage(lambda d: f"gpu{d}")
+    assert (usage.kernel_launches_total, usage.memory_used_bytes, usage.processes) == (15, 100, 1)
+    assert usage.memory_limit_bytes is None and usage.gpu_uuid == "gpu0"

@@ -1,0 +1,38 @@
+"""Exporter settings and sources fail at start-up with the setting and the fix in the message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alnair_common import ConfigError, load_settings
+from alnair_exporter import ExporterSettings
+from alnair_exporter._sources import gpu_sampler
+
+
+def test_replay_without_a_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match="ALNAIR_REPLAY_FILE"):
+        load_settings(ExporterSettings, gpu_source="replay")
+
+
+def test_a_bad_period_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="ALNAIR_SAMPLE_PERIOD_SECONDS"):
+        load_settings(ExporterSettings, sample_period_seconds=0)
+
+
+def test_an_unreadable_recording_is_a_config_error(tmp_path: Path) -> None:
+    settings = load_settings(ExporterSettings, gpu_source="replay", replay_file=tmp_path / "nope.jsonl.gz")
+    with pytest.raises(ConfigError, match="ALNAIR_GPU_SOURCE=replay: cannot read NVML recording"):
+        gpu_sampler(settings)
+
+
+def test_nvml_without_a_driver_points_at_the_replay_source() -> None:
+    # this machine (and CI) has no NVIDIA driver: the real NVML source must say so clearly
+    with pytest.raises(ConfigError, match="ALNAIR_GPU_SOURCE=replay"):
+        gpu_sampler(load_settings(ExporterSettings, gpu_source="nvml"))
+
+
+def test_no_gpu_source_means_regions_and_hosts_only() -> None:
+    assert gpu_sampler(load_settings(ExporterSettings, gpu_source="none")) is None
+    assert load_settings(ExporterSettings, data_dir=Path("/x")).workspaces == Path("/x/workspaces")
