@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from sched_harness import Adapter, Observer, assert_within_capacity, start_scheduler, stop_scheduler
+
 from alnair_common import Bus
 from alnair_common.natsd import NatsServer
-from sched_harness import Adapter, Observer, assert_within_capacity, start_scheduler, stop_scheduler
 
 
 async def test_places_on_one_card_and_commits_the_share(nats_server: NatsServer, bus: Bus) -> None:
@@ -98,10 +99,11 @@ async def test_unhealthy_cards_are_skipped_with_their_reason(nats_server: NatsSe
 
 
 async def test_utilisation_aware_prefers_measured_headroom(nats_server: NatsServer, bus: Bus) -> None:
+    from sched_harness import GIB, stamp
+
     from alnair.v1 import metrics_pb2
     from alnair_common import subjects
     from alnair_common.testing import wait_for
-    from sched_harness import GIB, stamp
 
     adapter, seen = Adapter(bus), await Observer.attach(bus)
     await adapter.inventory("node-a", 2, 80)
