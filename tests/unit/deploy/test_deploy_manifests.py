@@ -1,0 +1,241 @@
+"""The rendered overlays: what an operator applies, checked against what the services need.
+
+Schema validity of every object is proven against the real apiserver in
+tests/integration/deploy; here the content is checked: each Alnair service is deployed
+once, probed on its health port, bounded in resources, configured only with settings it
+knows (the same validation ``run_service`` does at start-up), and given no more access
+than it uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+from deploy_render import (
+    BRAINS,
+    HEALTH_PORT,
+    K8S,
+    NAMESPACE,
+    OVERLAYS,
+    REPO,
+    SERVICES,
+    find,
+    main_container,
+    pod_spec,
+    render,
+    service_package,
+    workloads,
+)
+
+from alnair_common import Service
+from alnair_common.config import load_settings
+
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+NODE_AGENTS = {"alnair-device-plugin", "alnair-exporter"}
+BROAD_ROLES = {"cluster-admin", "admin", "edit"}
+
+
+def settings_class(service_dir: str) -> type:
+    package = service_package(REPO / "services" / service_dir)
+    module = importlib.import_module(package.module)
+    services = [obj for name in module.__all__ if isinstance(obj := getattr(module, name), type)
+                and issubclass(obj, Service)]
+    assert len(services) == 1, f"{package.module} should export one Service subclass, exports {services}"
+    return services[0].settings_class
+
+
+def secret_values(docs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, str]]:
+    import base64
+
+    return {d["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in d.get("data", {}).items()}
+            for d in docs if d["kind"] == "Secret"}
+
+
+def resolved_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (downward API with sample values)."""
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        source = var["valueFrom"]
+        if "fieldRef" in source:
+            downward = {"spec.nodeName": "gpu-node-1", "metadata.name": "pod-0"}
+            env[var["name"]] = downward[source["fieldRef"]["fieldPath"]]
+        else:
+            ref = source["secretKeyRef"]
+            assert ref["name"] in secrets and ref["key"] in secrets[ref["name"]], (
+                f"{container['name']}: {var['name']} reads key {ref['key']!r} of Secret {ref['name']!r}, "
+                f"which the dev overlay does not generate")
+            env[var["name"]] = secrets[ref["name"]][ref["key"]]
+    return env
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_lives_in_the_alnair_namespace(overlay: str) -> None:
+    for doc in render(overlay):
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], f"{where} is cluster-scoped but has a namespace"
+        else:
+            assert doc["metadata"].get("namespace") == NAMESPACE, f"{where} is not in {NAMESPACE}"
+        assert doc["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "alnair", f"{where}: no part-of"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_runs_once_with_probes_resources_and_metrics(overlay: str) -> None:
+    docs = render(overlay)
+    names = [w["metadata"]["name"] for w in workloads(docs)]
+    for service in SERVICES:
+        assert names.count(service) == 1, f"{overlay}: {service} deployed {names.count(service)} times"
+        workload = next(w for w in workloads(docs) if w["metadata"]["name"] == service)
+        expected_kind = "DaemonSet" if service in NODE_AGENTS else "Deployment"
+        assert workload["kind"] == expected_kind, f"{service} should be a {expected_kind}"
+        container = main_container(workload)
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {"health": HEALTH_PORT}, f"{service}: ports {ports}"
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}, service
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, service
+        for part in ("requests", "limits"):
+            assert set(container["resources"][part]) == {"cpu", "memory"}, f"{service}: resources.{part} incomplete"
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(HEALTH_PORT),
+                               "prometheus.io/path": "/metrics"}, f"{service}: scrape annotations {annotations}"
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ALNAIR_* variable is a setting of the service, and together they validate."""
+    docs = render("dev")
+    cls = settings_class(SERVICES[service])
+    container = main_container(find(docs, "Deployment" if service not in NODE_AGENTS else "DaemonSet", service))
+    env = resolved_env(container, secret_values(docs))
+    fields = {f"ALNAIR_{name.upper()}" for name in cls.model_fields}
+    unknown = sorted(k for k in env if k.startswith("ALNAIR_") and k not in fields)
+    assert not unknown, f"{service}: {unknown} are not settings of {cls.__name__} (silently ignored at start-up)"
+    for key in ("ALNAIR_NATS_URL", "ALNAIR_NATS_TOKEN", "ALNAIR_NODE_NAME", "ALNAIR_HEALTH_PORT", "ALNAIR_HEALTH_HOST"):
+        assert key in env, f"{service}: {key} not set"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings(cls)
+    assert settings.health_port == HEALTH_PORT and settings.health_host == "0.0.0.0"
+    assert settings.nats_servers == ["nats://alnair-nats:4222"] and settings.nats_token == "alnair-dev-token"
+    assert settings.node_name == "gpu-node-1"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rbac_is_least_privilege(overlay: str) -> None:
+    docs = render(overlay)
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    for role in roles.values():
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: wildcard {field} {rule}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), role["metadata"]["name"]
+            assert "secrets" not in rule["resources"], f"{role['metadata']['name']} may read secrets"
+    bound: dict[str, set[tuple[str, str]]] = {}
+    for binding in bindings:
+        ref = binding["roleRef"]
+        assert ref["name"] not in BROAD_ROLES, f"{binding['metadata']['name']} binds the built-in {ref['name']}"
+        assert (ref["kind"], ref["name"]) in roles, f"{binding['metadata']['name']} binds a role the bundle lacks"
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject.get("namespace", NAMESPACE) == NAMESPACE
+            bound.setdefault(subject["name"], set()).add((ref["kind"], ref["name"]))
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    for workload in workloads(docs):
+        spec, name = pod_spec(workload), workload["metadata"]["name"]
+        account = spec.get("serviceAccountName")
+        if name in BRAINS:
+            assert account == name and accounts[name].get("automountServiceAccountToken") is False, name
+            assert spec.get("automountServiceAccountToken") is False, f"{name}: a brain must not get a token"
+            assert account not in bound, f"{name} is a brain but is bound to {bound[account]}"
+        elif account is None:
+            assert spec.get("automountServiceAccountToken") is False, f"{name}: default account with a token"
+        else:
+            assert account in accounts, f"{name} runs as ServiceAccount {account!r}, which the bundle lacks"
+    for agent in NODE_AGENTS:
+        account = pod_spec(find(docs, "DaemonSet", agent))["serviceAccountName"]
+        rules = [r for kind, role in bound[account] for r in roles[(kind, role)]["rules"]]
+        assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}], f"{agent}: {rules}"
+    bridge = pod_spec(find(docs, "Deployment", "alnair-kube-bridge"))["serviceAccountName"]
+    granted = {(res, verb) for kind, role in bound[bridge] for r in roles[(kind, role)]["rules"]
+               for res in r["resources"] for verb in r["verbs"]}
+    assert {("pods/binding", "create"), ("pods", "patch"), ("events", "create"), ("podgroups/status", "patch")} \
+        <= granted, f"kube-bridge lacks a permission it uses: {sorted(granted)}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_containers_are_confined(overlay: str) -> None:
+    for workload in workloads(render(overlay)):
+        spec = pod_spec(workload)
+        name = workload["metadata"]["name"]
+        assert not spec.get("hostPID") and not spec.get("hostNetwork") and not spec.get("hostIPC"), name
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            sc = container["securityContext"]
+            where = f"{name}/{container['name']}"
+            assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            runs_as_root = sc.get("runAsUser", spec.get("securityContext", {}).get("runAsUser")) == 0
+            assert not runs_as_root or name in NODE_AGENTS, f"{where} runs as root"
+        volumes = [v for v in spec.get("volumes", []) if "hostPath" in v]
+        assert not volumes or name in NODE_AGENTS, f"{name} mounts host paths {volumes}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_device_plugin_has_kubelet_sockets_workspaces_and_installs_the_interceptor(overlay: str) -> None:
+    spec = pod_spec(find(render(overlay), "DaemonSet", "alnair-device-plugin"))
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert set(host.values()) == {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
+                                  "/var/lib/alnair/workspaces", "/opt/alnair/lib"}
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts[next(k for k, v in host.items() if v.endswith("device-plugins"))] == "/var/lib/kubelet/device-plugins"
+    (init,) = spec["initContainers"]
+    assert init["image"].split("/")[-1].startswith("alnair-cuda-intercept")
+    init_mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    entrypoint = (REPO / "native" / "cuda_intercept" / "Dockerfile").read_text()
+    assert "/host/opt/alnair/lib" in init_mounts and "/host/opt/alnair/lib/" in entrypoint
+    assert host[init_mounts["/host/opt/alnair/lib"]] == "/opt/alnair/lib"
+    if overlay == "prod":
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_pinned(overlay: str) -> None:
+    for workload in workloads(render(overlay)):
+        spec = pod_spec(workload)
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            image = container["image"]
+            alnair = image.split("/")[-1].split(":")[0].startswith("alnair-")
+            if alnair and overlay == "dev":
+                assert ":" not in image, f"{image}: the dev overlay leaves tags to Tilt"
+                continue
+            repo, _, tag = image.rpartition(":")
+            assert repo and tag and tag != "latest" and any(c.isdigit() for c in tag), f"{image} is not pinned"
+            if alnair:
+                assert "/" in repo, f"prod image {image} has no registry"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_stores_keep_their_data_on_volumes(overlay: str) -> None:
+    docs = render(overlay)
+    for name in ("alnair-nats", "alnair-mongodb", "alnair-prometheus", "alnair-redis"):
+        sts = find(docs, "StatefulSet", name)
+        (claim,) = sts["spec"]["volumeClaimTemplates"]
+        mounts = {m["name"] for m in main_container(sts)["volumeMounts"]}
+        assert claim["metadata"]["name"] in mounts, f"{name}: the claim is not mounted"
+    nats = main_container(find(docs, "StatefulSet", "alnair-nats"))
+    assert {e["name"] for e in nats["env"]} == {"POD_NAME", "NATS_TOKEN"}
+
+
+def test_grafana_provisions_every_generated_dashboard() -> None:
+    docs = render("prod")
+    dashboards = next(d for d in docs if d["kind"] == "ConfigMap"
+                      and d["metadata"]["name"].startswith("alnair-grafana-dashboards"))
+    files = {p.name: p.read_text() for p in (K8S / "base" / "grafana" / "dashboards").glob("*.json")}
+    assert dashboards["data"] == files, "the dashboards ConfigMap must carry exactly grafana/dashboards/*.json"
+    grafana = pod_spec(find(docs, "Deployment", "alnair-grafana"))
+    volume = next(v for v in grafana["volumes"] if v["name"] == "dashboards")
+    assert volume["configMap"]["name"] == dashboards["metadata"]["name"]
