@@ -28,7 +28,7 @@ NET_DEV = (
 @pytest.fixture
 def host(tmp_path: Path) -> tuple[Path, Path]:
     proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
-    for pid, container in ((100, "cri-containerd-aaa.scope"), (200, "cri-containerd-bbb.scope")):
+    for pid, container in ((100, f"cri-containerd-{'a' * 64}.scope"), (200, f"cri-containerd-{'b' * 64}.scope")):
         (proc / str(pid) / "net").mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(f"0::/{POD}/{container}\n")
         (proc / str(pid) / "ns").mkdir()
@@ -69,7 +69,7 @@ def test_pod_uid_from_the_cgroup_path_for_both_cgroup_drivers(host: tuple[Path, 
     resolver = CgroupPodResolver(proc)
     assert resolver.workload_uid(100) == UID  # systemd driver: '_' in the slice name
     (proc / "400").mkdir()
-    (proc / "400" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{UID}/0123abcd\n")  # cgroupfs driver
+    (proc / "400" / "cgroup").write_text(f"0::/kubepods/besteffort/pod{UID}/{'c' * 64}\n")  # cgroupfs driver
     assert resolver.workload_uid(400) == UID
     assert resolver.workload_uid(300) is None  # not in a pod
     assert resolver.workload_uid(999) is None  # gone

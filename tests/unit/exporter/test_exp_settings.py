@@ -35,4 +35,6 @@ def test_nvml_without_a_driver_points_at_the_replay_source() -> None:
 
 def test_no_gpu_source_means_regions_and_hosts_only() -> None:
     assert gpu_sampler(load_settings(ExporterSettings, gpu_source="none")) is None
+    # `alnair up` on a machine without a GPU: the default degrades instead of refusing to start
+    assert gpu_sampler(load_settings(ExporterSettings)) is None
     assert load_settings(ExporterSettings, data_dir=Path("/x")).workspaces == Path("/x/workspaces")

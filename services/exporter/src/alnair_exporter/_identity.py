@@ -3,21 +3,19 @@
 NVML reports GPU processes by host PID. The exporter learns the owner of a PID in two ways:
 the interceptor's region lists the PIDs attached to each workload (both modes), and for
 processes that run without the interceptor a :class:`PidResolver` is asked. On Kubernetes
-the resolver reads the PID's cgroup path, whose ``pod<uid>`` level names the pod (the
-kubelet's layout for both the systemd and cgroupfs drivers; ``_`` stands for ``-`` under
-systemd). ``alnair_kubelet``'s identity helper answers the same question with the
-PodResources API on top and can be passed in its place.
+the resolver reads the PID's cgroup path, whose ``pod<uid>`` level names the pod
+(``alnair_kubelet.identify_pid``: containerd and CRI-O, systemd and cgroupfs drivers).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Protocol
 
-_POD_UID = re.compile(
-    r"pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})"
-)
+from alnair_common import get_logger
+from alnair_kubelet import KubeletError, identify_pid
+
+log = get_logger("alnair.exporter.identity")
 
 
 class PidResolver(Protocol):
@@ -27,18 +25,25 @@ class PidResolver(Protocol):
 
 
 class CgroupPodResolver:
-    """Pod UID from ``/proc/<pid>/cgroup`` (None for a process outside any pod)."""
+    """Pod UID of a host PID through ``alnair_kubelet.identify_pid`` (cgroup v2 path).
+
+    None for a process outside any pod, one that exited, or on a host without the unified
+    hierarchy (said once in the log: per-process attribution then needs the interceptor).
+    """
 
     def __init__(self, proc_root: Path = Path("/proc")) -> None:
         self.proc = proc_root
+        self._warned = False
 
     def workload_uid(self, pid: int) -> str | None:
         try:
-            text = (self.proc / str(pid) / "cgroup").read_text()
-        except OSError:
-            return None  # exited, or another PID namespace: not ours to name
-        match = _POD_UID.search(text)
-        return match.group(1).replace("_", "-").lower() if match else None
+            identity = identify_pid(pid, self.proc)
+        except KubeletError as e:
+            if not self._warned:
+                self._warned = True
+                log.warning("cannot name pods from cgroups on this host", error=str(e))
+            return None
+        return identity.pod_uid if identity is not None else None
 
 
 class StaticResolver:

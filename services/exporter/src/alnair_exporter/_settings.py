@@ -13,11 +13,13 @@ from alnair_common import ServiceSettings
 class ExporterSettings(ServiceSettings):
     """Where to measure and how often.
 
-    ``gpu_source``: ``nvml`` on a GPU node; ``replay`` plays an NVML recording (CI, demos;
-    every sample is marked simulated); ``none`` measures CUDA regions and hosts only.
+    ``gpu_source``: ``nvml`` on a GPU node (fails to start without a driver — what the
+    DaemonSet wants); ``auto`` (the default, for ``alnair up``) uses NVML where it works and
+    otherwise measures CUDA regions and hosts only, saying so once; ``replay`` plays an NVML
+    recording (CI, demos; every sample is marked simulated); ``none`` never touches NVML.
     """
 
-    gpu_source: Literal["nvml", "replay", "none"] = "nvml"
+    gpu_source: Literal["auto", "nvml", "replay", "none"] = "auto"
     replay_file: Path | None = Field(None, description="NVML recording (.jsonl.gz) for gpu_source=replay")
     replay_gpus: int | None = Field(None, ge=1, le=64, description="widen the replay to this many GPUs")
     replay_processes_per_gpu: int | None = Field(None, ge=0, le=1024)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alnair_common import ConfigError
+from alnair_common import ConfigError, get_logger
 from alnair_gpu import GpuSampler, NvmlSampler, ReplaySampler, SampleSourceError, load_recording
 
 from ._settings import ExporterSettings
@@ -10,6 +10,14 @@ from ._settings import ExporterSettings
 
 def gpu_sampler(settings: ExporterSettings) -> GpuSampler | None:
     """The configured source; a source that cannot start is a ConfigError naming the fix."""
+    if settings.gpu_source == "auto":
+        try:
+            return NvmlSampler()
+        except SampleSourceError as e:
+            get_logger("alnair.exporter").warning(
+                "no GPU measurements: NVML unavailable; exporting CUDA regions and host usage only",
+                reason=str(e))
+            return None
     try:
         if settings.gpu_source == "nvml":
             return NvmlSampler()
