@@ -36,6 +36,8 @@ class PluginEnv:
             nats_url=self.nats.url, node_name=NODE, device_plugin_dir=self.kubelet.directory,
             state_dir=self.tmp / "workspaces" / ".device-plugin", workspace_root=self.tmp / "workspaces",
             interceptor_host_path=self.tmp / "lib" / "libalnair_cuda.so", kubelet_poll_seconds=0.1,
+            pod_resources_socket=self.tmp / "pod-resources" / "kubelet.sock", reconcile_seconds=0.1,
+            stale_grace_seconds=0.5,
         )
 
     async def start(self) -> DevicePluginService:

@@ -8,17 +8,20 @@ delivered now), then the kubelet sockets — so the first Allocate already sees 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 
 from alnair.v1 import inventory_pb2, scheduling_pb2, workload_pb2
-from alnair_common import DurableConsumer, PermanentError, Service, TypedKV, subjects
+from alnair_common import DurableConsumer, PermanentError, Service, TypedKV, publish_error, subjects
 from alnair_gpu import InventorySource, NodeGpus, to_proto
+from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
 from ._allocator import Allocator, ContainerPaths
 from ._assignments import Assignment, AssignmentIndex, assignment_from_proto
 from ._device_state import DeviceState
 from ._kubelet_link import KubeletLink
 from ._plugin_server import ResourcePlugin
+from ._reconciler import PodResourcesReconciler
 from ._settings import DevicePluginSettings, open_source
 from ._units import Resource
 from ._workspace import Workspaces
@@ -41,6 +44,7 @@ class DevicePluginService(Service):
         self.workspaces: Workspaces | None = None
         self.state: DeviceState | None = None
         self.link: KubeletLink | None = None
+        self.reconciler: PodResourcesReconciler | None = None
         self._stopping = asyncio.Event()
         self._inventory_kv: TypedKV[inventory_pb2.NodeInventory] | None = None
 
@@ -74,9 +78,16 @@ class DevicePluginService(Service):
         self.health.checks["kubelet"] = self._check_kubelet
         self.spawn(self.link.run(self._stopping), "kubelet-link")
         self.spawn(self._watch_health(), "gpu-health")
+        if s.reconcile_seconds > 0:
+            self.reconciler = PodResourcesReconciler(
+                PodResourcesClient(s.pod_resources_socket, timeout=5.0), self.index, self.workspaces,
+                grace_seconds=s.stale_grace_seconds, on_mismatch=self._identity_mismatch)
+            self.spawn(self._reconcile(s.reconcile_seconds), "podresources-reconcile")
 
     async def teardown(self) -> None:
         self._stopping.set()
+        if self.reconciler is not None:
+            await self.reconciler.client.close()
         if self.source is not None:
             self.source.close()
 
@@ -132,6 +143,31 @@ class DevicePluginService(Service):
         if self.index.add(assignment):
             self.log.info("assignment kept", workload=assignment.workload_id, gpu=assignment.gpu_uuid,
                           memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)
+
+    async def _reconcile(self, period: float) -> None:
+        assert self.reconciler is not None
+        unavailable_logged = False
+        while not self._stopping.is_set():
+            try:
+                result = await self.reconciler.run_once()
+                unavailable_logged = False
+                for uid in result.removed:
+                    self.log.info("workspace removed: the kubelet no longer lists its devices", workload=uid)
+            except KubeletError as e:
+                if not unavailable_logged:
+                    self.log.info("PodResources check skipped", error=str(e))
+                    unavailable_logged = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), period)
+
+    async def _identity_mismatch(self, assignment: Assignment, owner: ContainerDevices) -> None:
+        assert self.bus is not None
+        message = (f"units allocated for {assignment.workload_id} on {assignment.gpu_uuid} are held by "
+                   f"{owner.namespace}/{owner.pod} (container {owner.container}) according to the kubelet; "
+                   "its workspace and ALNAIR_WORKLOAD_ID name the other pod")
+        self.log.error("identity mismatch", workload=assignment.workload_id, holder=f"{owner.namespace}/{owner.pod}")
+        await publish_error(self.bus, code="identity-mismatch", message=message, obj=f"{owner.namespace}/{owner.pod}",
+                            permanent=False)
 
     def _remove_orphan_workspaces(self) -> None:
         """After a restart: a workspace whose workload is no longer assigned here is left over."""
