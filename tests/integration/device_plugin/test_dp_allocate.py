@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import urllib.request
 from pathlib import Path
 
 import grpc
 import grpc.aio
 import pytest
 from dp_harness import PluginEnv
+from prometheus_client import REGISTRY
 
 from alnair.v1 import platform_pb2, workload_pb2
 from alnair_common import subjects
@@ -181,3 +183,21 @@ async def test_restart_keeps_assignments_and_cleans_up_what_ended_meanwhile(two_
         answer = await allocate(memory, chosen)
         assert answer.container_responses[0].envs["ALNAIR_WORKLOAD_ID"] == f"ml/pod-{uid}"
         assert Path(answer.container_responses[0].mounts[0].host_path).name == uid
+
+
+async def test_refusals_and_grants_are_counted_and_metrics_pass_promtool(two_gpu_env: PluginEnv, promtool) -> None:
+    def count(outcome: str) -> float:
+        return REGISTRY.get_sample_value("alnair_device_plugin_requests_total", {
+            "resource": "alnair/vgpu-memory", "method": "Allocate", "outcome": outcome}) or 0.0
+
+    refused, granted = count("invalid-argument"), count("ok")
+    memory = await two_gpu_env.plugin(Resource.MEMORY)
+    await expect_refusal(allocate(memory, ["GPU-nope-m1"]), grpc.StatusCode.INVALID_ARGUMENT, "unknown device ID")
+    await two_gpu_env.bind("m1", CARD0, 0, memory_gib=1, compute_percent=0)
+    await allocate(memory, ids(Resource.MEMORY, CARD0, range(1)))
+    assert (count("invalid-argument") - refused, count("ok") - granted) == (1.0, 1.0)
+    assert two_gpu_env.service is not None and two_gpu_env.service.http is not None
+    url = f"http://127.0.0.1:{two_gpu_env.service.http.port}/metrics"
+    exposition = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    assert 'alnair_device_plugin_registrations_total{resource="alnair/vgpu-memory"}' in exposition
+    assert promtool(exposition) == []

@@ -21,6 +21,7 @@ from alnair_kubelet.api import API_VERSION
 from alnair_kubelet.api import deviceplugin as dp
 from alnair_kubelet.api import deviceplugin_grpc as dp_grpc
 
+from . import _metrics
 from ._plugin_server import ResourcePlugin
 
 log = get_logger("alnair.device-plugin")
@@ -94,6 +95,7 @@ class KubeletLink:
                     options=dp.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
                 ), timeout=self.register_timeout)
                 self.registrations += 1
+                _metrics.REGISTRATIONS.labels(plugin.resource.resource_name).inc()
                 log.info("registered with the kubelet", resource=plugin.resource.resource_name,
                          endpoint=plugin.resource.socket_name)
 

@@ -18,6 +18,7 @@ from alnair_common import get_logger
 from alnair_kubelet.api import deviceplugin as dp
 from alnair_kubelet.api import deviceplugin_grpc as dp_grpc
 
+from . import _metrics
 from ._allocator import Allocator, ContainerGrant
 from ._device_state import DeviceState
 from ._errors import InvalidDevicesError, NoAssignmentError
@@ -93,7 +94,9 @@ class ResourcePlugin(dp_grpc.DevicePluginServicer):
 
     async def _answer(self, method: str, decide: Callable[[], T], context: grpc.aio.ServicerContext) -> T:
         try:
-            return decide()
+            answer = decide()
+            _metrics.REQUESTS.labels(self.resource.resource_name, method, "ok").inc()
+            return answer
         except InvalidDevicesError as e:
             code, reason = grpc.StatusCode.INVALID_ARGUMENT, str(e)
         except NoAssignmentError as e:
@@ -101,6 +104,7 @@ class ResourcePlugin(dp_grpc.DevicePluginServicer):
         except Exception as e:  # noqa: BLE001 - the kubelet gets the reason, the plugin keeps serving
             log.exception("request failed", method=method, resource=self.resource.resource_name)
             code, reason = grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}"
+        _metrics.REQUESTS.labels(self.resource.resource_name, method, code.name.lower().replace("_", "-")).inc()
         log.warning("request refused", method=method, resource=self.resource.resource_name,
                     code=code.name, reason=reason)
         await context.abort(code, reason)

@@ -16,6 +16,7 @@ from alnair_common import DurableConsumer, PermanentError, Service, TypedKV, pub
 from alnair_gpu import InventorySource, NodeGpus, to_proto
 from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
+from . import _metrics
 from ._allocator import Allocator, ContainerPaths
 from ._assignments import Assignment, AssignmentIndex, assignment_from_proto
 from ._device_state import DeviceState
@@ -99,6 +100,7 @@ class DevicePluginService(Service):
         """The full inventory on ``alnair.node.<node>.inventory`` and in ``node_inventory``."""
         assert self.bus is not None and self._inventory_kv is not None
         message = to_proto(gpus, self.node)
+        _metrics.UNHEALTHY_GPUS.set(sum(not g.healthy for g in gpus.gpus))
         await self._inventory_kv.put(self.node, message)
         await self.bus.publish(subjects.node_inventory(self.node), message)
 
