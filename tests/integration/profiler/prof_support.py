@@ -71,14 +71,14 @@ def settings(nats_url: str, data_dir: Path, **extra: Any) -> ProfilerSettings:
 
 
 @contextlib.asynccontextmanager
-async def running(s: ProfilerSettings) -> AsyncIterator[ProfilerService]:
+async def running(s: ProfilerSettings, *, consuming: bool = True) -> AsyncIterator[ProfilerService]:
     service = ProfilerService(s)
     task = asyncio.create_task(service.run())
     try:
         await asyncio.wait_for(service.ready.wait(), 20)
-        # Samples published before the subscriptions exist would be lost: wait for the
-        # event consumer too (it starts once the store answered).
-        await wait_for(lambda: _consuming(service), what="profiler consuming events", timeout=20)
+        if consuming:
+            # The event consumer starts once the store answered; wait for it.
+            await wait_for(lambda: _consuming(service), what="profiler consuming events", timeout=20)
         yield service
     finally:
         service.request_stop()

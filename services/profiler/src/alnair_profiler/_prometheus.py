@@ -66,6 +66,9 @@ class PrometheusClient:
         maxima: dict[str, float] = {}
         series: dict[str, SeriesSummary] = {}
         step = max(self.resolution, math.ceil(duration / 1000))
+        # Evaluation points anchored on the end, so the pod's last moments are always queried.
+        last = round(end.timestamp(), 3)
+        first = last - step * math.floor((end - start).total_seconds() / step)
         async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout) as client:
             for name, expr in expressions(namespace, pod, self.window).items():
                 top = await self._query(client, "/api/v1/query", {
@@ -75,7 +78,7 @@ class PrometheusClient:
                 if values:
                     maxima[name] = max(values)
                 ranged = await self._query(client, "/api/v1/query_range", {
-                    "query": expr, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",
+                    "query": expr, "start": f"{first:.3f}", "end": f"{last:.3f}",
                     "step": f"{step}s"})
                 points = [float(v[1]) for r in ranged for v in r["values"]]
                 points = [p for p in points if math.isfinite(p) and p >= 0]
