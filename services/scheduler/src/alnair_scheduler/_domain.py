@@ -169,10 +169,10 @@ def validate_request(memory_gib: int, compute_percent: int) -> Request:
             "invalid-memory",
             f"alnair/vgpu-memory is {memory_gib} GiB; ask for at least 1 GiB of one card",
         )
-    if compute_percent < 0 or compute_percent > MAX_COMPUTE_PERCENT:
+    if compute_percent < 1 or compute_percent > MAX_COMPUTE_PERCENT:
         raise InvalidRequestError(
             "invalid-compute",
             f"alnair/vgpu-compute is {compute_percent} %, but one card has {MAX_COMPUTE_PERCENT} %; "
-            "ask for 0..100 (Alnair places a workload on one card and never splits it)",
+            "ask for 1..100 (Alnair places a workload on one card and never splits it)",
         )
     return Request(memory_gib, compute_percent)

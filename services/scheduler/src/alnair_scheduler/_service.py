@@ -76,10 +76,10 @@ class SchedulerService(Service):
                 await bus.js.delete_consumer(stream, durable)
             await self.consume(DurableConsumer(
                 bus, stream=stream, durable=durable, subject=subject, message_type=message_type,
-                handler=handler, batch=256))
+                handler=handler, batch=256, fetch_timeout=0.5))
         await self.consume(DurableConsumer(
             bus, stream="SCHEDULING", durable=f"{p}-bound", subject=subjects.sched_bound(),
-            message_type=scheduling_pb2.BindResult, handler=self._on_bound))
+            message_type=scheduling_pb2.BindResult, handler=self._on_bound, fetch_timeout=0.5))
         await bus.subscribe("alnair.metrics.gpu.*", metrics_pb2.NodeSampleBatch, self._on_samples)
         self.spawn(self._activate_after_replay([(st, d) for st, d, *_ in replayed]), "replay-gate")
         self.spawn(self.engine.loop(self._stop, s.tick_seconds), "scheduling-loop")
