@@ -53,10 +53,10 @@ class KubeletLink:
                     await self._serve()
                     await self._register()
                 except (grpc.aio.AioRpcError, OSError) as e:
-                    log.warning("registration with the kubelet failed; retrying in 1 s",
+                    log.warning("registration with the kubelet failed; retrying in 0.5 s",
                                 socket=str(self.kubelet_socket), error=str(e))
                     await self._stop_servers()
-                    await self._pause(stop, 1.0)
+                    await self._pause(stop, 0.5)
                     continue
                 self.registered.set()
                 await self._wait(stop, lambda inode=inode: self._kubelet_restarted(inode))
