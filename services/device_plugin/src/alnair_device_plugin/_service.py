@@ -12,8 +12,8 @@ import contextlib
 import re
 
 from alnair.v1 import inventory_pb2, scheduling_pb2, workload_pb2
-from alnair_common import DurableConsumer, PermanentError, Service, TypedKV, publish_error, subjects
-from alnair_gpu import InventorySource, NodeGpus, to_proto
+from alnair_common import ConfigError, DurableConsumer, PermanentError, Service, TypedKV, publish_error, subjects
+from alnair_gpu import GpuError, InventorySource, NodeGpus, to_proto
 from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
 from . import _metrics
@@ -46,6 +46,7 @@ class DevicePluginService(Service):
         self.state: DeviceState | None = None
         self.link: KubeletLink | None = None
         self.reconciler: PodResourcesReconciler | None = None
+        self._health_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._inventory_kv: TypedKV[inventory_pb2.NodeInventory] | None = None
 
@@ -53,7 +54,10 @@ class DevicePluginService(Service):
         s = self.settings
         assert self.bus is not None
         if self.source is None:
-            self.source = await asyncio.to_thread(open_source, s.gpus)
+            try:
+                self.source = await asyncio.to_thread(open_source, s.gpus)
+            except GpuError as e:
+                raise ConfigError(f"ALNAIR_GPUS={s.gpus!r}: {e}") from e
         gpus = self.source.inventory()
         self.state = DeviceState(gpus)
         self.index = AssignmentIndex(s.state_dir)
@@ -78,7 +82,7 @@ class DevicePluginService(Service):
         self.link = KubeletLink(s.device_plugin_dir, plugins, poll_seconds=s.kubelet_poll_seconds)
         self.health.checks["kubelet"] = self._check_kubelet
         self.spawn(self.link.run(self._stopping), "kubelet-link")
-        self.spawn(self._watch_health(), "gpu-health")
+        self._health_task = self.spawn(self._watch_health(), "gpu-health")
         if s.reconcile_seconds > 0:
             self.reconciler = PodResourcesReconciler(
                 PodResourcesClient(s.pod_resources_socket, timeout=5.0), self.index, self.workspaces,
@@ -89,6 +93,10 @@ class DevicePluginService(Service):
         self._stopping.set()
         if self.reconciler is not None:
             await self.reconciler.client.close()
+        if self._health_task is not None:
+            # The health thread may sit in NVML's event wait: let it return (≤ 0.5 s) before
+            # the event set is freed under it.
+            await asyncio.wait([self._health_task], timeout=5.0)
         if self.source is not None:
             self.source.close()
 
