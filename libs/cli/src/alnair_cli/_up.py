@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from alnair.v1 import platform_pb2
-from alnair_common import Bus, BusUnavailableError, ensure_streams, subjects
+from alnair_common import Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
 from alnair_common.natsd import NatsServer
 
 from ._platform import PlatformInfo
@@ -23,6 +23,22 @@ from ._supervisor import Child, Supervisor
 LOCAL_SERVICES = ("local-agent", "scheduler", "exporter", "profiler", "elastic-job",
                   "cache-hydrator")
 _COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan")
+
+
+def agent_env(gpus: str | None, interceptor: Path | None) -> dict[str, str]:
+    """Environment for the services from `alnair up`'s GPU options, checked before start."""
+    env: dict[str, str] = {}
+    if gpus:
+        if not gpus.startswith("sim:"):
+            raise ConfigError(f"--gpus {gpus!r}: only a simulated inventory can be given, "
+                              "e.g. --gpus sim:2x80; leave it out to use the machine's GPUs")
+        env["ALNAIR_GPUS"] = gpus
+    if interceptor is not None:
+        if not interceptor.is_file():
+            raise ConfigError(f"--interceptor {interceptor}: no such file; build it with "
+                              "`make -C native/cuda_intercept`")
+        env["ALNAIR_INTERCEPTOR_LIB"] = str(interceptor.resolve())
+    return env
 
 
 def service_children(data_dir: Path, nats_url: str, extra_env: dict[str, str]) -> list[Child]:

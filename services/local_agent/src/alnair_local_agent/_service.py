@@ -1,10 +1,58 @@
-"""The local agent service."""
+"""The local agent: local workloads ↔ bus (local mode, started by `alnair up`)."""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import socket
+from typing import ClassVar
+
+from alnair.v1 import scheduling_pb2
+from alnair.v1 import workload_pb2 as wl
+from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, subjects
+from alnair_lifecycle import LifecyclePublisher
+
+from ._agent import Agent
+from ._inventory import discover, publish_inventory
+from ._settings import LocalAgentSettings
 
 
 class LocalAgentService(Service):
     name = "local-agent"
-    role = "skeleton: connected and healthy; runs no local workloads yet (adapters issue #6)"
+    role = ("adapter: runs local workloads (`alnair run`) on the GPUs the scheduler picks, "
+            "with the interceptor's environment; publishes the node inventory")
+    settings_class: ClassVar[type[ServiceSettings]] = LocalAgentSettings
+
+    def __init__(self, settings: LocalAgentSettings) -> None:
+        super().__init__(settings)
+        self.agent_settings = settings
+        self.agent: Agent | None = None
+
+    async def setup(self) -> None:
+        assert self.bus is not None
+        s = self.agent_settings
+        if s.interceptor_lib is not None and not s.interceptor_lib.is_file():
+            raise ConfigError(f"ALNAIR_INTERCEPTOR_LIB={s.interceptor_lib}: no such file; build "
+                              "it with `make -C native/cuda_intercept`")
+        gpus = discover(s.gpus)
+        inventory = await publish_inventory(self.bus, s.node_name, gpus)
+        self.log.info("inventory published", node=s.node_name, gpus=len(inventory.gpus),
+                      simulated=inventory.simulated)
+        lifecycle = await LifecyclePublisher.open(
+            self.bus, f"local-agent@{socket.gethostname()}")
+        self.agent = Agent(self.bus, lifecycle, node=s.node_name, gpus=gpus,
+                           workloads_dir=s.workloads_dir, interceptor=s.interceptor_lib)
+        found = await self.agent.recover()
+        if found:
+            self.log.info("workloads found again after a restart", count=found)
+        node = subjects.token(s.node_name)
+        await self.consume(DurableConsumer(
+            self.bus, stream="WORKLOADS", durable=f"local-agent-{node}-submit",
+            subject=subjects.workload_submit(), message_type=wl.Workload,
+            handler=self.agent.on_submit))
+        await self.consume(DurableConsumer(
+            self.bus, stream="SCHEDULING", durable=f"local-agent-{node}-bind",
+            subject=subjects.sched_bind(), message_type=scheduling_pb2.BindDecision,
+            handler=self.agent.on_bind))
+
+    async def teardown(self) -> None:
+        if self.agent is not None:
+            await self.agent.stop()

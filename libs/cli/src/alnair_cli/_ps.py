@@ -1,0 +1,58 @@
+"""``alnair ps``: every workload (local and, on a cluster's bus, pods) with state, GPU, limits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.table import Table
+
+from alnair.v1 import common_pb2
+from alnair.v1 import workload_pb2 as wl
+from alnair_lifecycle import phase_name
+
+_COLOUR = {"pending": "yellow", "bound": "cyan", "running": "green", "succeeded": "blue",
+           "failed": "red", "deleted": "dim"}
+
+
+def visible(events: list[wl.WorkloadEvent], *, show_all: bool) -> list[wl.WorkloadEvent]:
+    return [e for e in events if show_all or e.workload.phase != wl.WORKLOAD_PHASE_DELETED]
+
+
+def row(e: wl.WorkloadEvent, now: datetime) -> dict[str, str]:
+    w = e.workload
+    a = w.assignment
+    simulated = "SIMULATED" in w.message
+    gpu = f"{a.gpu_index}:{a.gpu_uuid}" + (" (sim)" if simulated else "") if a.gpu_uuid else "-"
+    created = w.created_at.ToDatetime(tzinfo=UTC) if w.HasField("created_at") else None
+    return {
+        "name": w.ref.name, "uid": w.ref.uid[:8],
+        "mode": "local" if w.ref.mode == common_pb2.MODE_LOCAL else w.ref.namespace,
+        "state": phase_name(w.phase), "node": w.node or "-", "gpu": gpu,
+        "memory_gib": str(a.memory_gib if a.gpu_uuid else w.request.memory_gib),
+        "compute_percent": str(a.compute_percent if a.gpu_uuid else w.request.compute_percent),
+        "exit": str(w.exit_code) if w.HasField("exit_code") else "-",
+        "age": _age(now - created) if created else "-",
+        "message": w.message,
+    }
+
+
+def ps_table(events: list[wl.WorkloadEvent]) -> Table:
+    now = datetime.now(UTC)
+    table = Table(title="Alnair workloads", title_justify="left")
+    for column in ("name", "uid", "mode", "state", "node", "gpu", "GiB", "GPU %", "exit", "age",
+                   "message"):
+        table.add_column(column)
+    for e in events:
+        r = row(e, now)
+        state = f"[{_COLOUR.get(r['state'], 'white')}]{r['state']}[/]"
+        table.add_row(r["name"], r["uid"], r["mode"], state, r["node"], r["gpu"],
+                      r["memory_gib"], r["compute_percent"], r["exit"], r["age"], r["message"])
+    return table
+
+
+def _age(delta) -> str:  # type: ignore[no-untyped-def]
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,250 @@
+"""The local agent's workloads: submitted → pending → bound → running → succeeded|failed.
+
+Every transition goes through :class:`alnair_lifecycle.LifecyclePublisher`, the same as
+pods', so brains cannot tell the modes apart. Workloads outlive the agent: each runs in its
+own session under a reaper that records its exit code in the workspace. A restarted agent
+finds its bound/running workloads again from the ``workload_states`` records: still running
+→ watched until they end; ended → finished with the recorded exit code; gone without one →
+failed with the reason. None is forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from alnair.v1 import common_pb2, scheduling_pb2
+from alnair.v1 import workload_pb2 as wl
+from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_gpu import NodeGpus
+from alnair_lifecycle import LifecyclePublisher
+
+from ._launcher import launch, workload_env
+from ._submission import Submission
+from ._workspace import Workspace, still_running
+
+log = get_logger("alnair.local-agent")
+P = wl.WorkloadPhase
+
+
+class Agent:
+    def __init__(self, bus: Bus, lifecycle: LifecyclePublisher, *, node: str, gpus: NodeGpus,
+                 workloads_dir: Path, interceptor: Path | None) -> None:
+        self.bus = bus
+        self.lifecycle = lifecycle
+        self.node = node
+        self.gpus = gpus
+        self.workloads_dir = workloads_dir
+        self.interceptor = interceptor
+        self.watchers: dict[str, asyncio.Task[None]] = {}
+
+    # -- submissions ----------------------------------------------------------------------
+
+    async def on_submit(self, _subject: str, workload: wl.Workload) -> None:
+        if workload.phase == P.WORKLOAD_PHASE_DELETED:
+            await self._withdraw(workload)
+            return
+        try:
+            sub = Submission.from_proto(workload)
+        except PermanentError as e:
+            await self._reject(workload, str(e))
+            return
+        if await self.lifecycle.last(sub.uid) is not None:
+            return  # a replayed submission
+        Workspace.of(self.workloads_dir, sub.uid).create(workload)
+        pending = self._public(workload, P.WORKLOAD_PHASE_PENDING,
+                               "waiting for the scheduler's decision")
+        pending.node = ""
+        await self.lifecycle.publish(pending)
+
+    async def _withdraw(self, workload: wl.Workload) -> None:
+        """`alnair run` interrupted before the workload started: it will not run."""
+        last = await self.lifecycle.last(workload.ref.uid)
+        if last is not None and last.workload.phase == P.WORKLOAD_PHASE_PENDING:
+            await self.lifecycle.publish(self._public(last.workload, P.WORKLOAD_PHASE_DELETED,
+                                                      "withdrawn before it started"))
+
+    async def _reject(self, workload: wl.Workload, reason: str) -> None:
+        log.warning("submission rejected", name=workload.ref.name, reason=reason)
+        await publish_error(self.bus, code="invalid-request", message=reason,
+                            subject=subjects.workload_submit(), obj=workload.ref.uid)
+        try:
+            subjects.token(workload.ref.uid)
+        except PermanentError:
+            return  # no usable uid: the error event is all that can be said
+        await self.lifecycle.publish(self._public(workload, P.WORKLOAD_PHASE_FAILED, reason))
+
+    # -- bind decisions -------------------------------------------------------------------
+
+    async def on_bind(self, _subject: str, d: scheduling_pb2.BindDecision) -> None:
+        if d.workload.mode != common_pb2.MODE_LOCAL or d.assignment.node != self.node:
+            return  # a pod's, or another machine's
+        last = await self.lifecycle.last(d.workload.uid)
+        workspace = Workspace.of(self.workloads_dir, d.workload.uid)
+        submission = workspace.submission()
+        if last is None or submission is None:
+            await self._answer(d, ok=False, reason=f"no workload {d.workload.uid} was submitted "
+                                                   f"to the local agent on {self.node}")
+            return
+        if last.workload.phase == P.WORKLOAD_PHASE_DELETED:
+            await self._answer(d, ok=False, reason=f"{d.workload.name} was withdrawn")
+            return
+        if last.workload.phase != P.WORKLOAD_PHASE_PENDING:
+            await self._answer(d, ok=True, reason="")  # a replay: already carried out
+            return
+        a = d.assignment
+        problem = self._check_assignment(a)
+        if problem:
+            await self._answer(d, ok=False, reason=problem)
+            await self.lifecycle.publish(self._public(submission, P.WORKLOAD_PHASE_FAILED,
+                                                      problem))
+            return
+        bound = self._public(submission, P.WORKLOAD_PHASE_BOUND, "")
+        bound.node = self.node
+        bound.assignment.CopyFrom(a)
+        workspace.write_limits(memory_gib=a.memory_gib, compute_percent=a.compute_percent,
+                               workload_id=d.workload.uid)
+        await self.lifecycle.publish(bound)
+        env = workload_env(dict(submission.environment) or dict(os.environ),
+                           gpu_uuid=a.gpu_uuid, memory_gib=a.memory_gib,
+                           compute_percent=a.compute_percent, workspace=workspace,
+                           workload_id=d.workload.uid, interceptor=self.interceptor)
+        try:
+            process = await launch(submission, env, workspace)
+        except OSError as e:
+            reason = f"cannot start {submission.command[0]!r}: {e}"
+            await self._answer(d, ok=False, reason=reason)
+            await self.lifecycle.publish(self._public(bound, P.WORKLOAD_PHASE_FAILED, reason))
+            return
+        workspace.record_process(process.pid)
+        running = self._public(bound, P.WORKLOAD_PHASE_RUNNING, self._running_note(a.gpu_uuid))
+        running.started_at.FromDatetime(datetime.now(UTC))
+        await self.lifecycle.publish(running)
+        await self._answer(d, ok=True, reason="")
+        self.watchers[d.workload.uid] = asyncio.create_task(
+            self._await_child(running, process, workspace), name=f"workload-{d.workload.name}")
+
+    def _check_assignment(self, a: common_pb2.GpuAssignment) -> str:
+        gpu = self.gpus.by_uuid(a.gpu_uuid)
+        if gpu is None:
+            known = ", ".join(g.uuid for g in self.gpus.gpus) or "none"
+            return f"unknown GPU {a.gpu_uuid!r} on {self.node} (this node has: {known})"
+        if not 1 <= a.compute_percent <= 100:
+            return f"compute {a.compute_percent} % is outside 1..100"
+        if a.memory_gib > gpu.memory_gib:
+            return (f"{a.memory_gib} GiB requested on {a.gpu_uuid}, which has "
+                    f"{gpu.memory_gib} GiB")
+        if not self.gpus.simulated and self.interceptor is None:
+            return ("real GPU but no interceptor: build it (make -C native/cuda_intercept) and "
+                    "set ALNAIR_INTERCEPTOR_LIB to libalnair_cuda.so, or the limits would not "
+                    "be enforced")
+        return ""
+
+    def _running_note(self, gpu_uuid: str) -> str:
+        if not self.gpus.simulated:
+            return f"on {gpu_uuid}"
+        if self.interceptor is None:
+            return (f"on SIMULATED GPU {gpu_uuid}; no interceptor loaded "
+                    "(ALNAIR_INTERCEPTOR_LIB unset): limits are not enforced")
+        return f"on SIMULATED GPU {gpu_uuid}; interceptor {self.interceptor} preloaded"
+
+    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str) -> None:
+        if not ok:
+            log.warning("bind failed", workload=d.workload.name, reason=reason)
+        await self.bus.publish(
+            subjects.sched_bound(),
+            scheduling_pb2.BindResult(workload=d.workload, ok=ok, reason=reason,
+                                      assignment=d.assignment),
+            msg_id=f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}")
+
+    # -- running and finished -------------------------------------------------------------
+
+    async def _await_child(self, running: wl.Workload, process: asyncio.subprocess.Process,
+                           workspace: Workspace) -> None:
+        returncode = await process.wait()
+        code = workspace.exit_code()
+        await self._finish(running, returncode if code is None else code, "")
+
+    async def _watch_adopted(self, running: wl.Workload, workspace: Workspace, pid: int,
+                             started: str) -> None:
+        await _process_exit(pid, started)
+        code = workspace.exit_code()
+        if code is None:
+            await self._finish(running, None, f"process {pid} ended without recording an "
+                                              "exit code")
+        else:
+            await self._finish(running, code, "")
+
+    async def _finish(self, running: wl.Workload, code: int | None, reason: str) -> None:
+        ok = code == 0
+        done = self._public(running, P.WORKLOAD_PHASE_SUCCEEDED if ok else P.WORKLOAD_PHASE_FAILED,
+                            reason or ("" if ok else f"exited with code {code}"))
+        if code is not None:
+            done.exit_code = code
+        done.finished_at.FromDatetime(datetime.now(UTC))
+        await self.lifecycle.publish(done)
+
+    async def recover(self) -> int:
+        """Find this node's bound and running workloads again; return how many were found."""
+        found = 0
+        for last in await self.lifecycle.states():
+            w = last.workload
+            if (w.ref.mode != common_pb2.MODE_LOCAL or w.node != self.node
+                    or w.phase not in (P.WORKLOAD_PHASE_BOUND, P.WORKLOAD_PHASE_RUNNING)):
+                continue
+            found += 1
+            workspace = Workspace.of(self.workloads_dir, w.ref.uid)
+            process = workspace.process()
+            running = self._public(w, P.WORKLOAD_PHASE_RUNNING, w.message)
+            if process is not None and still_running(*process):
+                log.info("running workload found again", name=w.ref.name, pid=process[0])
+                await self.lifecycle.publish(running)  # if it was only bound
+                self.watchers[w.ref.uid] = asyncio.create_task(
+                    self._watch_adopted(running, workspace, *process))
+                continue
+            code = workspace.exit_code()
+            if code is not None:
+                await self._finish(running, code, "")
+            else:
+                await self._finish(running, None, "the agent restarted and the workload's "
+                                   "process is gone without an exit code")
+        return found
+
+    async def stop(self) -> None:
+        """Stop watching; the workloads themselves keep running (a successor adopts them)."""
+        for task in self.watchers.values():
+            task.cancel()
+        await asyncio.gather(*self.watchers.values(), return_exceptions=True)
+
+    def _public(self, base: wl.Workload, phase: int, message: str) -> wl.Workload:
+        out = wl.Workload()
+        out.CopyFrom(base)
+        out.ClearField("environment")
+        out.phase = phase
+        out.message = message
+        if not out.node and phase != P.WORKLOAD_PHASE_PENDING:
+            out.node = self.node
+        return out
+
+
+async def _process_exit(pid: int, started: str) -> None:
+    """Wait for a process that is not our child (adopted after a restart): a pidfd becomes
+    readable when it exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if not still_running(pid, started):  # the pid was reused before we opened it
+            return
+        ended = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(fd, ended.set)
+        try:
+            await ended.wait()
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)

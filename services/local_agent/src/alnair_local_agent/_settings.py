@@ -1,0 +1,22 @@
+"""Settings of the local agent (``ALNAIR_*`` environment variables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from alnair_common import ServiceSettings
+
+
+class LocalAgentSettings(ServiceSettings):
+    gpus: str = Field(
+        "", description="GPU source: empty for the machine's GPUs (NVML), or a simulated "
+                        "inventory such as 'sim:2x80' (`alnair up --gpus sim:2x80`)")
+    interceptor_lib: Path | None = Field(
+        None, description="Path of libalnair_cuda.so (make -C native/cuda_intercept); loaded "
+                          "with LD_PRELOAD into every workload. Required with real GPUs.")
+
+    @property
+    def workloads_dir(self) -> Path:
+        return self.data_dir / "workloads"

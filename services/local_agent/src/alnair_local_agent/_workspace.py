@@ -1,0 +1,94 @@
+"""A workload's directory: what the agent, the interceptor and `alnair run`/`logs` share.
+
+``<data dir>/workloads/<uid>/`` holds ``submission.pb`` (the Workload as submitted, with its
+environment, never published again), ``limits`` (read by the interceptor; it wins over the
+environment), ``output.log`` (stdout and stderr), ``pid`` (the reaper's pid and start time,
+to recognise it after an agent restart) and ``exit_code`` (written by the reaper).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from alnair.v1 import workload_pb2 as wl
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path
+
+    @classmethod
+    def of(cls, workloads_dir: Path, uid: str) -> Workspace:
+        return cls(workloads_dir / uid)
+
+    @property
+    def output(self) -> Path:
+        return self.path / "output.log"
+
+    @property
+    def exit_file(self) -> Path:
+        return self.path / "exit_code"
+
+    def create(self, submission: wl.Workload) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        _write(self.path / "submission.pb", submission.SerializeToString())
+
+    def submission(self) -> wl.Workload | None:
+        try:
+            data = (self.path / "submission.pb").read_bytes()
+        except OSError:
+            return None
+        found = wl.Workload()
+        found.ParseFromString(data)
+        return found
+
+    def write_limits(self, *, memory_gib: int, compute_percent: int, workload_id: str) -> None:
+        """The interceptor's limits file (native/cuda_intercept/README.md, "limits file")."""
+        text = (f"# written by the Alnair local agent\nmemory_bytes = {memory_gib * GIB}\n"
+                f"compute_percent = {compute_percent}\nworkload_id = {workload_id}\n")
+        _write(self.path / "limits", text.encode())
+
+    def record_process(self, pid: int) -> None:
+        _write(self.path / "pid", f"{pid} {process_start_time(pid)}\n".encode())
+
+    def process(self) -> tuple[int, str] | None:
+        try:
+            pid, started = (self.path / "pid").read_text().split()
+            return int(pid), started
+        except (OSError, ValueError):
+            return None
+
+    def exit_code(self) -> int | None:
+        try:
+            return int(self.exit_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+def process_start_time(pid: int) -> str:
+    """Field 22 of /proc/<pid>/stat: tells a process from a later one with the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def still_running(pid: int, started: str) -> bool:
+    """True while the recorded process exists (and is not a zombie awaiting its reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[19] == started and fields[0] != "Z"
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

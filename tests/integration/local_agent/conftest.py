@@ -1,0 +1,41 @@
+"""Fixtures of the local-agent tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from la_support import REPO, RunningAgent, StandInScheduler, start_agent
+
+from alnair_common import Bus
+from alnair_common.natsd import NatsServer
+
+
+@pytest.fixture(scope="session")
+def interceptor_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """libalnair_cuda.so built from native/cuda_intercept for these tests."""
+    build = tmp_path_factory.mktemp("cuda-intercept")
+    done = subprocess.run(["make", "-C", str(REPO / "native" / "cuda_intercept"),
+                           f"BUILD_DIR={build}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return build / "libalnair_cuda.so"
+
+
+@pytest.fixture
+async def agent(nats_server: NatsServer, tmp_path: Path,
+                interceptor_lib: Path) -> AsyncIterator[RunningAgent]:
+    running = await start_agent(nats_server.url, tmp_path / "data", interceptor=interceptor_lib)
+    try:
+        yield running
+    finally:
+        if not running.task.done():
+            await running.stop()
+
+
+@pytest.fixture
+async def scheduler(bus: Bus) -> StandInScheduler:
+    stand_in = StandInScheduler(bus)
+    await stand_in.start()
+    return stand_in
