@@ -74,8 +74,8 @@ class ProfilerService(Service):
         assert self.store is not None and self.bus is not None
         while True:
             try:
-                await asyncio.to_thread(self.store.ensure_indexes)
-                saved = await asyncio.to_thread(self.store.load_inflight)
+                await self.store.run(self.store.ensure_indexes)
+                saved = await self.store.run(self.store.load_inflight)
                 break
             except StoreUnavailableError as e:
                 log.warning("store unavailable at start; retrying", error=str(e))
@@ -126,7 +126,7 @@ class ProfilerService(Service):
         if uid in self.states:
             return False
         assert self.store is not None
-        record = await asyncio.to_thread(self.store.get_profile, uid)  # StoreUnavailable → retried
+        record = await self.store.run(self.store.get_profile, uid)  # StoreUnavailable → retried
         if record is not None:
             self._remember_final(uid, int(record.get("sequence", 0)))
         return record is not None
@@ -231,7 +231,7 @@ class ProfilerService(Service):
             if state.info is None or not (state.dirty or force):
                 continue
             try:
-                await asyncio.to_thread(self.store.save_inflight, state.to_doc())
+                await self.store.run(self.store.save_inflight, state.to_doc())
                 state.dirty = False
             except StoreUnavailableError as e:
                 log.info("checkpoint deferred; store unavailable", uid=state.uid, error=str(e))

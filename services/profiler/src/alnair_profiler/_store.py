@@ -17,13 +17,18 @@ workloads, deleted when their profile is written). Every failure to reach the st
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo import ASCENDING, DESCENDING, MongoClient
 from pymongo.errors import PyMongoError
 
 from alnair_common import TemporaryError
+
+R = TypeVar("R")
 
 
 class StoreUnavailableError(TemporaryError):
@@ -38,6 +43,17 @@ class ProfileStore:
         self.inflight = db[f"{collection}_inflight"]
         self.description = description or collection
         self._client = client
+        self._collection_names = (collection, f"{collection}_owners", f"{collection}_inflight")
+        # One thread for every call: the drivers block, and the embedded store's SQLite
+        # connection may only be used by the thread that opened it.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="profile-store")
+
+    async def run(self, fn: Callable[..., R], *args: Any) -> R:
+        """Run a blocking store method on the store's own thread."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        except RuntimeError as e:  # executor shut down: the service is stopping
+            raise StoreUnavailableError(f"{self.description} is closed: {e}") from e
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -50,7 +66,13 @@ class ProfileStore:
             raise
 
     def ensure_indexes(self) -> None:
-        """Indexes on uid, owner and end time (the queries the CLI and aggregation run)."""
+        """Collections, and indexes on uid, owner and end time (the queries the CLI and
+        aggregation run). Creating the collections up front matters for the embedded store,
+        whose reads of a collection that is being created by a write can fail."""
+        existing = set(self._call("list_collection_names", self.db.list_collection_names))
+        for name in self._collection_names:
+            if name not in existing:
+                self._call(f"create_collection {name}", self.db.create_collection, name)
         for keys in ([("uid", ASCENDING)], [("owners.uid", ASCENDING)], [("finished_at", DESCENDING)],
                      [("name", ASCENDING)]):
             self._call("create_index", self.profiles.create_index, keys)
@@ -92,7 +114,8 @@ class ProfileStore:
 
     def close(self) -> None:
         if self._client is not None:
-            self._client.close()
+            self._thread.submit(self._client.close).result(timeout=10)
+        self._thread.shutdown(wait=True)
 
 
 def open_store(*, mongo_url: str | None, database: str, collection: str, embedded_dir: Path,

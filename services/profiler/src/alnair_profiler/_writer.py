@@ -67,12 +67,14 @@ class RecordWriter:
             if doc is None:
                 return True
             try:
-                await asyncio.to_thread(self.store.upsert_profile, doc)
-                owners = [OwnerProfile.aggregate(Owner(**o), await asyncio.to_thread(
-                    self.store.profiles_of_owner, o["uid"])) for o in doc.get("owners", [])]
+                await self.store.run(self.store.upsert_profile, doc)
+                owners = []
+                for o in doc.get("owners", []):
+                    records = await self.store.run(self.store.profiles_of_owner, o["uid"])
+                    owners.append(OwnerProfile.aggregate(Owner(**o), records))
                 for owner in owners:
-                    await asyncio.to_thread(self.store.upsert_owner, owner.to_doc())
-                await asyncio.to_thread(self.store.delete_inflight, uid)
+                    await self.store.run(self.store.upsert_owner, owner.to_doc())
+                await self.store.run(self.store.delete_inflight, uid)
             except StoreUnavailableError as e:
                 log.warning("store unavailable; profile kept and retried", uid=uid, name=doc.get("name"),
                             waiting=len(self.pending), error=str(e))
