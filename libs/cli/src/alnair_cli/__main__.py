@@ -266,41 +266,6 @@ def profile(
         out.print(owner_view(doc))
 
 
-@app.command()
-def profile(
-    name: Annotated[str, typer.Argument(help="Workload (or owner: Job, PodGroup...) name or uid.")],
-    data_dir: DataDir = default_data_dir(),
-    mongo_url: Annotated[str | None, typer.Option(
-        "--mongo-url", envvar="ALNAIR_MONGO_URL", help="Read this MongoDB instead of the embedded store.")] = None,
-    database: Annotated[str, typer.Option(envvar="ALNAIR_MONGO_DATABASE")] = "alnair",
-    collection: Annotated[str, typer.Option(envvar="ALNAIR_MONGO_COLLECTION")] = "workload_profiles",
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-) -> None:
-    """Show the recorded profile of a finished workload: maxima, deciles, job type."""
-    # Imported here: only this command needs the document-store drivers.
-    from alnair_profiler import StoreUnavailableError
-
-    from ._profile import ProfileNotFoundError, lookup, owner_view, store_for, to_json, workload_view
-
-    try:
-        store = store_for(data_dir, mongo_url, database, collection)
-        try:
-            workloads, owners = lookup(store, name)
-        finally:
-            store.close()
-    except ProfileNotFoundError as e:
-        raise fail(str(e)) from e
-    except StoreUnavailableError as e:
-        raise fail(f"alnair profile: {e}") from e
-    if as_json:
-        print(to_json(workloads, owners))
-        return
-    for doc in workloads:
-        out.print(workload_view(doc))
-    for doc in owners:
-        out.print(owner_view(doc))
-
-
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
