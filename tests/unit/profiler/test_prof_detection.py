@@ -70,6 +70,15 @@ def test_launch_signature_needs_repeats_before_it_counts() -> None:
     assert fallback.evidence == "nvml-autocorrelation" and not fallback.is_training
 
 
+def test_requests_at_random_intervals_are_not_an_iteration_loop() -> None:
+    """Inference repeats one kernel sequence per request, but Poisson arrivals give no stable period."""
+    gaps = [0.011, 0.19, 0.034, 0.42, 0.07, 0.012, 0.25, 0.05, 0.6, 0.02]
+    reports = [LaunchReport(float(k), g, 20 + 10 * k) for k, g in enumerate(gaps)]
+    assert detect_from_launches(reports) is None
+    d = detect(reports, [0.2 * i for i in range(60)], [0.0] * 60)
+    assert not d.is_training and d.evidence == "nvml-autocorrelation"
+
+
 def test_peak_memory_predicted_early_and_close_on_heldout_runs() -> None:
     results = evaluate(DATA, heldout=True)
     for r in results:

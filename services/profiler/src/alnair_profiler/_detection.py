@@ -7,7 +7,9 @@ Two kinds of evidence, in order of trust:
   sequence comes back. A training loop repeats one sequence per iteration, so a sequence
   seen repeating many times at a stable period *is* an iteration. The estimate is the
   repeats-weighted median of the periods reported over the run; confidence grows with the
-  repeats and falls with the spread between reports.
+  repeats and falls with the spread between reports. An inference server also repeats one
+  sequence (per request) but at random intervals: a spread above ``MAX_LAUNCH_SPREAD`` is
+  not taken as a loop.
 * **NVML per-process utilisation**, where the workload runs without the interceptor. NVML
   refreshes a process's utilisation only about every 0.2 s, so its series cannot show any
   period under ~0.4 s (Nyquist); measured on an H200 every training loop we recorded
@@ -35,6 +37,7 @@ MAX_PLATEAU_CV = 0.25        # median step / median level within the plateau
 MIN_PLATEAU_SHARE = 0.6      # of the busy span the plateau must cover
 MIN_LAUNCH_REPEATS = 8       # repeats of the launch sequence before it counts as a loop
 MAX_GAP_FACTOR = 4.0         # a gap this many times the sampling step ends a plateau
+MAX_LAUNCH_SPREAD = 0.25     # relative spread of reported periods still read as one loop
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ def detect_from_launches(launches: Sequence[LaunchReport]) -> TrainingDetection 
             period = p
             break
     spread = statistics.median(abs(p - period) for p, _ in weighted) / period
+    if spread > MAX_LAUNCH_SPREAD:
+        # The same kernels repeat, but not on a clock: an inference server answering requests
+        # as they come. Not an iteration loop; let the utilisation series decide.
+        return None
     most = max(r.repeats for r in good)
     confidence = min(1.0, math.log10(most) / 2.0) * max(0.0, 1.0 - 2.0 * spread)
     return TrainingDetection(
