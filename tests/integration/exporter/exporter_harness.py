@@ -26,9 +26,9 @@ H200_UUID = "GPU-f2b4712f-9931-af4b-7a24-58183960c4b7"
 
 def settings(nats_url: str, tmp: Path, **overrides: Any) -> ExporterSettings:
     values: dict[str, Any] = {
-        "nats_url": nats_url, "node_name": "gpu-node-1", "health_port": 0, "gpu_source": "none",
+        "nats_url": nats_url, "node_name": "gpu-node-1", "health_port": 0, "metrics_port": 0, "gpu_source": "none",
         "workspaces_dir": tmp / "workspaces", "data_dir": tmp / "data", "sample_period_seconds": 0.2,
-        "grace_seconds": 2.0, "log_format": "console",
+        "grace_seconds": 2.0, "host_period_seconds": 0.2, "log_format": "console",
     }
     values.update(overrides)
     (tmp / "workspaces").mkdir(parents=True, exist_ok=True)
@@ -67,9 +67,9 @@ async def publish_workload(bus: Bus, uid: str, name: str, namespace: str = "ml",
 
 
 async def scrape(service: ExporterService) -> str:
-    assert service.http is not None
+    assert service.metrics is not None
     async with httpx.AsyncClient() as client:
-        response = await client.get(f"http://127.0.0.1:{service.http.port}/metrics", timeout=10)
+        response = await client.get(f"http://127.0.0.1:{service.metrics.port}/metrics", timeout=10)
     response.raise_for_status()
     return response.text
 

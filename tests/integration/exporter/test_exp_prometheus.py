@@ -44,8 +44,8 @@ async def test_prometheus_sees_each_pod_sharing_the_gpu(nats_server, bus, tmp_pa
     await bus.subscribe(subjects.gpu_metrics("gpu-node-1"), metrics_pb2.NodeSampleBatch, keep)
     gpu = ReplaySampler(load_recording(SHARE), position=lambda: 15.0)
     async with running_exporter(cfg, gpu=gpu, resolver=None) as exporter:
-        assert exporter.http is not None
-        prom = await asyncio.to_thread(prometheus, [f"127.0.0.1:{exporter.http.port}"])
+        assert exporter.metrics is not None
+        prom = await asyncio.to_thread(prometheus, [f"127.0.0.1:{exporter.metrics.port}"])
 
         async def value(expr: str) -> float:
             return await asyncio.to_thread(prom.wait_for_value, expr)

@@ -67,9 +67,10 @@ class HostUsage:
         )
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str) -> str | None:
     try:
-        return path.read_text()
+        with open(path) as f:  # plain str paths: this runs for every pod every period
+            return f.read()
     except OSError:
         return None
 
@@ -117,15 +118,22 @@ def _add(a: int | float | None, b: int | float | None) -> int | float | None:
 
 
 class HostReader:
-    """Reads cgroup v2 and /proc for the PIDs of each workload."""
+    """Reads cgroup v2 and /proc for the PIDs of each workload.
+
+    A PID's cgroup and network namespace do not change while it lives, so both are looked
+    up once per PID and kept until :meth:`keep_only` drops PIDs that are gone (a reused PID
+    is a new entry because the old one was dropped when it disappeared).
+    """
 
     def __init__(self, proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> None:
         self.proc = proc_root
         self.cgroup = cgroup_root
+        self._proc = str(proc_root)
+        self._where: dict[int, tuple[str | None, str | None]] = {}
 
     def cgroup_of(self, pid: int) -> Path | None:
         """The cgroup v2 directory accounting ``pid`` (its pod's, where it has one)."""
-        text = _read(self.proc / str(pid) / "cgroup")
+        text = _read(f"{self._proc}/{pid}/cgroup")
         for line in (text or "").splitlines():
             if line.startswith("0::"):
                 rel = line[3:].strip().lstrip("/")
@@ -137,27 +145,44 @@ class HostReader:
                 return self.cgroup.joinpath(*parts)
         return None
 
+    def _locate(self, pid: int) -> tuple[str | None, str | None]:
+        where = self._where.get(pid)
+        if where is None:
+            cg = self.cgroup_of(pid)
+            try:
+                ns: str | None = os.readlink(f"{self._proc}/{pid}/ns/net")
+            except OSError:
+                ns = None  # exited, or not visible from here: nothing to count
+            where = (None if cg is None else str(cg), ns)
+            if cg is not None or ns is not None:
+                self._where[pid] = where
+        return where
+
+    def keep_only(self, pids: set[int]) -> None:
+        """Forget PIDs that are no longer anyone's (bounded memory, no stale PID reuse)."""
+        for pid in [p for p in self._where if p not in pids]:
+            del self._where[pid]
+
     def counters(self, pids: set[int]) -> HostCounters:
         """Totals over the distinct cgroups and network namespaces of ``pids``."""
-        cgroups: set[Path] = set()
+        cgroups: set[str] = set()
         netns: dict[str, int] = {}
         for pid in pids:
-            if (cg := self.cgroup_of(pid)) is not None:
+            cg, ns = self._locate(pid)
+            if cg is not None:
                 cgroups.add(cg)
-            try:
-                netns.setdefault(os.readlink(self.proc / str(pid) / "ns" / "net"), pid)
-            except OSError:
-                continue  # exited, or not visible from here: nothing to count
+            if ns is not None:
+                netns.setdefault(ns, pid)
         cpu = mem = rd = wr = rx = tx = None
         for cg in sorted(cgroups):
-            usec = _keyed(_read(cg / "cpu.stat"), "usage_usec")
+            usec = _keyed(_read(f"{cg}/cpu.stat"), "usage_usec")
             cpu = _add(cpu, None if usec is None else usec / 1e6)
-            current = _read(cg / "memory.current")
+            current = _read(f"{cg}/memory.current")
             mem = _add(mem, int(current) if current and current.strip().isdigit() else None)
-            r, w = _io_totals(_read(cg / "io.stat"))
+            r, w = _io_totals(_read(f"{cg}/io.stat"))
             rd, wr = _add(rd, r), _add(wr, w)
         for pid in netns.values():
-            r, t = _net_totals(_read(self.proc / str(pid) / "net" / "dev"))
+            r, t = _net_totals(_read(f"{self._proc}/{pid}/net/dev"))
             rx, tx = _add(rx, r), _add(tx, t)
         return HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
 

@@ -5,6 +5,9 @@ workload's PIDs, in both modes), then the :class:`PidResolver` (cgroup → pod).
 neither knows stays on the device series and on the bus with an empty workload, never on a
 pod's series.
 
+Host usage (cgroup and /proc files, the dearest part with many pods) is read every
+``host_period_seconds``; between readings the last one stands.
+
 Bounded cardinality: a workload is *live* while it has a GPU process or a live process in its
 region and no event said it finished. Its series stay, frozen at their last values, for
 ``grace_seconds`` after it stopped being live, then disappear (and a finished workload is
@@ -45,6 +48,7 @@ class NodeSampler:
         resolver: PidResolver | None = None,
         host: HostReader | None = None,
         grace_seconds: float = 60.0,
+        host_period_seconds: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
@@ -54,6 +58,8 @@ class NodeSampler:
         self.resolver = resolver
         self.host = host
         self.grace = grace_seconds
+        self.host_period = host_period_seconds
+        self._next_host = 0.0
         self.clock = clock
         self._kept: dict[str, WorkloadSeries] = {}
         self._last_live: dict[str, float] = {}
@@ -86,10 +92,18 @@ class NodeSampler:
             current[uid] = WorkloadSeries(r.workload, base.gpus, cuda, live=live)
             pids[uid] |= r.pids()
         if self.host is not None:
+            due = now >= self._next_host
+            if due:
+                self._next_host = now + self.host_period
             for uid, series in list(current.items()):
-                host = self._host_usage(series.workload, pids[uid], now) if pids[uid] else None
+                if due:
+                    host = self._host_usage(series.workload, pids[uid], now) if pids[uid] else None
+                else:
+                    host = self._hosts.get(uid)  # between host periods the last reading stands
                 if host is not None:
                     current[uid] = replace(series, host=host)
+            if due:
+                self.host.keep_only(set().union(*pids.values()) if pids else set())
         return NodeView(self.node, snap.sampled_at, snap.simulated, snap.devices, processes,
                         self._retain(now, current), tuple(fresh_cuda))
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
-from prometheus_client import REGISTRY, CollectorRegistry
 
 from alnair.v1 import workload_pb2
 from alnair_common import AlnairError, DecodeError, Service, subjects
@@ -28,12 +27,13 @@ from alnair_common.bus import decode
 from alnair_gpu import GpuSampler
 
 from ._cuda import RegionScanner
+from ._exposition import MetricsServer
 from ._host import HostReader
 from ._identity import CgroupPodResolver, PidResolver
 from ._sampler import NodeSampler
 from ._settings import ExporterSettings
 from ._sources import gpu_sampler
-from ._stats import ExporterStats, ForwardRegistry
+from ._stats import ExporterStats
 from ._view import NodeView
 from ._workloads import InvalidWorkloadEvent, WorkloadDirectory, WorkloadUpdate
 from .collectors import COLLECTORS
@@ -56,7 +56,7 @@ class ExporterService(Service):
         self.clock = clock
         self.stats = ExporterStats()
         self.directory = WorkloadDirectory()
-        self.registry = CollectorRegistry(auto_describe=False)
+        self.metrics: MetricsServer | None = None
         self.view: NodeView | None = None
         self.sampler: NodeSampler | None = None
         self._gpu: GpuSampler | None = None
@@ -71,14 +71,14 @@ class ExporterService(Service):
             s.node_name, gpu=self._gpu,
             scanner=RegionScanner(s.workspaces, self.directory, self.stats.region_skipped),
             directory=self.directory, resolver=resolver,
-            host=HostReader(s.proc_root, s.cgroup_root), grace_seconds=s.grace_seconds, clock=self.clock,
+            host=HostReader(s.proc_root, s.cgroup_root), grace_seconds=s.grace_seconds,
+            host_period_seconds=s.host_period_seconds, clock=self.clock,
         )
-        for collector in COLLECTORS:
-            self.registry.register(collector(lambda: self.view))
-        self.registry.register(self.stats)
-        self.registry.register(ForwardRegistry(REGISTRY))
-        assert self.http is not None and self.bus is not None
-        self.http.registry = self.registry
+        collectors = [collector(lambda: self.view) for collector in COLLECTORS]
+        self.metrics = MetricsServer([*collectors, self.stats], s.metrics_host, s.metrics_port)
+        port = await self.metrics.start()
+        self.log.info("serving metrics", url=f"http://{s.metrics_host}:{port}/metrics")
+        assert self.bus is not None
         self._sub = await self.bus.js.subscribe(
             subjects.workload_events(), cb=self._on_workload_event, ordered_consumer=True,
             deliver_policy=DeliverPolicy.ALL,
@@ -89,6 +89,8 @@ class ExporterService(Service):
     async def teardown(self) -> None:
         if self._sub is not None:
             await self._sub.unsubscribe()
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self._gpu is not None:
             self._gpu.close()
 

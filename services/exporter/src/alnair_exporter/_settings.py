@@ -23,7 +23,11 @@ class ExporterSettings(ServiceSettings):
     replay_file: Path | None = Field(None, description="NVML recording (.jsonl.gz) for gpu_source=replay")
     replay_gpus: int | None = Field(None, ge=1, le=64, description="widen the replay to this many GPUs")
     replay_processes_per_gpu: int | None = Field(None, ge=0, le=1024)
+    metrics_port: int = Field(9876, ge=0, le=65535, description="Prometheus /metrics port; 0 picks a free one")
+    metrics_host: str = Field("127.0.0.1", description="address of /metrics; 0.0.0.0 in the DaemonSet")
     sample_period_seconds: float = Field(1.0, ge=0.05, le=60.0)
+    host_period_seconds: float = Field(5.0, ge=0.0, le=300.0,
+                                       description="how often per-pod cgroup and /proc usage is re-read")
     grace_seconds: float = Field(60.0, ge=0.0, le=86400.0,
                                  description="how long series of a finished workload stay")
     workspaces_dir: Path | None = Field(None, description="workload workspaces; default <data_dir>/workspaces")

@@ -59,15 +59,3 @@ class ExporterStats(Collector):
                 bad.add_metric([subject, reason], n)
             yield bad
 
-
-class ForwardRegistry(Collector):
-    """Re-exposes another registry (the process-wide one with the bus client's counters)."""
-
-    def __init__(self, registry: object) -> None:
-        self._registry = registry
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._registry.collect()  # type: ignore[attr-defined]
