@@ -38,6 +38,7 @@ MIN_PLATEAU_SHARE = 0.6      # of the busy span the plateau must cover
 MIN_LAUNCH_REPEATS = 8       # repeats of the launch sequence before it counts as a loop
 MAX_GAP_FACTOR = 4.0         # a gap this many times the sampling step ends a plateau
 MAX_LAUNCH_SPREAD = 0.25     # relative spread of reported periods still read as one loop
+ACF_WINDOW = 600             # samples (2 min at 0.2 s): autocorrelation is O(n²) in pure Python
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,11 @@ def _longest_plateau(times: Sequence[float], values: Sequence[float], step: floa
 def _period_from_autocorrelation(plateau: Sequence[float], step: float) -> tuple[float, str]:
     """A period only where a clear autocorrelation peak sits at a lag the sampling resolves."""
     nyquist = 2 * step
+    # The middle of the plateau: past warm-up, and bounded so a week-long job's profile is
+    # still written within a second of its end.
+    if len(plateau) > ACF_WINDOW:
+        skip = (len(plateau) - ACF_WINDOW) // 2
+        plateau = plateau[skip:skip + ACF_WINDOW]
     n = len(plateau)
     if n < 12:
         return 0.0, "plateau too short for autocorrelation"
