@@ -57,9 +57,10 @@ def main() -> int:
         event.workload.ref.uid, event.workload.ref.name, event.workload.ref.namespace = uid, uid, "gpu-test"
         event.workload.phase = workload_pb2.WORKLOAD_PHASE_RUNNING
         directory.apply(WorkloadUpdate.from_proto(event), time.time())
+    nvml = NvmlSampler()  # before starting anything: no GPU, no run
     procs = {uid: start(uid, spec, a.seconds, tmp, a.interceptor) for uid, spec in WORKLOADS.items()}
     table = None if a.interceptor else StaticResolver({p.pid: uid for uid, p in procs.items()})
-    sampler = NodeSampler("gpu-test-node", gpu=NvmlSampler(), scanner=RegionScanner(tmp, directory),
+    sampler = NodeSampler("gpu-test-node", gpu=nvml, scanner=RegionScanner(tmp, directory),
                           directory=directory, resolver=table, grace_seconds=3600)
     periods = []
     try:
