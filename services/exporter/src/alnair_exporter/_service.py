@@ -14,6 +14,7 @@ logged, and dropped.
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,7 +77,17 @@ class ExporterService(Service):
         )
         collectors = [collector(lambda: self.view) for collector in COLLECTORS]
         self.metrics = MetricsServer([*collectors, self.stats], s.metrics_host, s.metrics_port)
-        port = await self.metrics.start()
+        try:
+            port = await self.metrics.start()
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            # Two `alnair up` platforms on one machine (or a dev server) hold 9876: serve anyway,
+            # loudly, rather than crash-looping under the supervisor.
+            self.metrics = MetricsServer([*collectors, self.stats], s.metrics_host, 0)
+            port = await self.metrics.start()
+            self.log.warning("metrics port in use; serving on a free port instead", wanted=s.metrics_port,
+                             port=port, fix="set ALNAIR_METRICS_PORT to a free port")
         self.log.info("serving metrics", url=f"http://{s.metrics_host}:{port}/metrics")
         assert self.bus is not None
         self._sub = await self.bus.js.subscribe(
