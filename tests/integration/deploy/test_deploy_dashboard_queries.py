@@ -105,14 +105,15 @@ async def test_dashboard_queries_name_exported_metrics_and_show_data(nats_server
             kernel_launches=1000, memory_used_bytes=GIB, memcpy_htod_bytes=4096, throttled_ns=10**6)})
     settings = ExporterSettings(nats_url=nats_server.url, node_name="gpu-node-1", health_port=0, gpu_source="none",
                                 workspaces_dir=workspaces, data_dir=tmp_path / "data", sample_period_seconds=0.2,
-                                log_format="console", cgroup_root=cgroup_v2_root())
+                                log_format="console", cgroup_root=cgroup_v2_root(), metrics_port=0,
+                                host_period_seconds=0.2)
     exporter = ExporterService(settings, gpu=ReplaySampler(load_recording(SHARE), position=lambda: 15.0),
                                resolver=None)
     task = asyncio.create_task(exporter.run())
     try:
         await asyncio.wait_for(exporter.ready.wait(), 20)
-        assert exporter.http is not None
-        target = f"127.0.0.1:{exporter.http.port}"
+        assert exporter.metrics is not None
+        target = f"127.0.0.1:{exporter.metrics.port}"
         prom = await asyncio.to_thread(prometheus, [target])
         # Two scrapes at least, so that rate() and increase() have their two samples.
         await asyncio.to_thread(prom.wait_for_value, "count_over_time(alnair_exporter_simulated[1m]) >= 3")

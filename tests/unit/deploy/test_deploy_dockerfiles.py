@@ -66,7 +66,7 @@ def test_each_service_has_a_dockerfile_copying_exactly_its_workspace_dependencie
     copied = copied_sources(dockerfile) - {"pyproject.toml", "uv.lock", "."}
     assert copied == needed, (
         f"{dockerfile.relative_to(REPO)} copies {sorted(copied)} but {package.name} needs the workspace "
-        f"packages {sorted(needed)} (from the dependencies of its pyproject, transitively)")
+        f"packages {sorted(needed)} (from its pyproject, transitively): run scripts/gen-dockerfiles")
     assert {"pyproject.toml", "uv.lock"} <= copied_sources(dockerfile), "the lock and workspace root must be copied"
     runs = [a for w, a in instructions(dockerfile) if w == "RUN" and "uv sync" in a]
     assert len(runs) == 1, f"{dockerfile}: expected one `uv sync` step, found {len(runs)}"

@@ -95,13 +95,18 @@ def test_each_service_runs_once_with_probes_resources_and_metrics(overlay: str) 
         assert workload["kind"] == expected_kind, f"{service} should be a {expected_kind}"
         container = main_container(workload)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        metrics_port = HEALTH_PORT
+        if service == "alnair-exporter":  # its own /metrics server (ALNAIR_METRICS_PORT)
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            metrics_port = int(env["ALNAIR_METRICS_PORT"])
+            assert env["ALNAIR_METRICS_HOST"] == "0.0.0.0" and ports.pop("metrics") == metrics_port
         assert ports == {"health": HEALTH_PORT}, f"{service}: ports {ports}"
         assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}, service
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, service
         for part in ("requests", "limits"):
             assert set(container["resources"][part]) == {"cpu", "memory"}, f"{service}: resources.{part} incomplete"
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
-        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(HEALTH_PORT),
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port),
                                "prometheus.io/path": "/metrics"}, f"{service}: scrape annotations {annotations}"
 
 
