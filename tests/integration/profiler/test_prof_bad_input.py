@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,53 @@ async def test_mongodb_outage_keeps_profiles_and_writes_them_when_it_returns(
         if restarted is not None:
             restarted.stop()
 
+
+
+async def test_a_hanging_prometheus_does_not_delay_the_record(
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
+) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepts connections, never answers
+    try:
+        port = silent.getsockname()[1]
+        s = settings(nats_server.url, tmp_path, mongo_url=mongo.url, mongo_database=mongo.name,
+                     prometheus_url=f"http://127.0.0.1:{port}")
+        async with running(s):
+            await bus.publish(subjects.workload_events(), event("uid-h", "hang", P.WORKLOAD_PHASE_RUNNING, 1))
+            await events_settled(bus)
+            await publish_batches(bus, [batch(i, {"uid-h": {"cpu": 3.0}}) for i in range(3)])
+            ended = time.monotonic()
+            await bus.publish(subjects.workload_events(),
+                              event("uid-h", "hang", P.WORKLOAD_PHASE_SUCCEEDED, 2, end=3.0))
+            await wait_for(lambda: _true(mongo.db[COLLECTION].find_one({"_id": "uid-h"})), what="record", timeout=5)
+            latency = time.monotonic() - ended
+    finally:
+        silent.close()
+    assert latency < 1.2, f"record took {latency:.2f} s with Prometheus hanging"
+    assert mongo.db[COLLECTION].find_one({"_id": "uid-h"})["series"]["cpu_cores"]["max"] == pytest.approx(3.0)
+
+
+async def test_a_stale_checkpoint_never_overwrites_a_written_record(
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
+) -> None:
+    s = settings(nats_server.url, tmp_path, mongo_url=mongo.url, mongo_database=mongo.name)
+    async with running(s):
+        await bus.publish(subjects.workload_events(), event("uid-s", "stale", P.WORKLOAD_PHASE_RUNNING, 1))
+        await events_settled(bus)
+        await publish_batches(bus, [batch(i, {"uid-s": {"cpu": 5.0}}) for i in range(4)])
+        await wait_for(lambda: _true(mongo.db[f"{COLLECTION}_inflight"].find_one({"_id": "uid-s"})),
+                       what="checkpoint")
+        checkpoint = mongo.db[f"{COLLECTION}_inflight"].find_one({"_id": "uid-s"})
+        await bus.publish(subjects.workload_events(), event("uid-s", "stale", P.WORKLOAD_PHASE_SUCCEEDED, 2, end=4.0))
+        await wait_for(lambda: _true(mongo.db[COLLECTION].find_one({"_id": "uid-s"})), what="record")
+    record = mongo.db[COLLECTION].find_one({"_id": "uid-s"})
+    # As if the profiler had died between writing the record and deleting its checkpoint.
+    checkpoint["series"]["cpu_cores"]["v"] = [0.1]
+    mongo.db[f"{COLLECTION}_inflight"].insert_one(checkpoint)
+    await bus.js.delete_consumer("WORKLOADS", "profiler-workloads")  # and the events replay
+    async with running(s):
+        await events_settled(bus)
+        await wait_for(lambda: _true(mongo.db[f"{COLLECTION}_inflight"].find_one({"_id": "uid-s"}) is None),
+                       what="stale checkpoint removed")
+    assert mongo.db[COLLECTION].find_one({"_id": "uid-s"}) == record

@@ -66,6 +66,14 @@ def test_events_without_uid_or_phase_are_refused_with_the_fix() -> None:
         workload_from_event(workload_pb2.WorkloadEvent(workload=w))
 
 
+def test_a_terminal_event_without_end_time_ends_when_it_was_observed() -> None:
+    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid="u"), phase=workload_pb2.WORKLOAD_PHASE_FAILED)
+    info = workload_from_event(workload_pb2.WorkloadEvent(workload=w, observed_at=_ts(1234.0)))
+    assert info.finished and info.finished_at == datetime.fromtimestamp(1234.0, UTC)
+    w.phase = workload_pb2.WORKLOAD_PHASE_RUNNING
+    assert workload_from_event(workload_pb2.WorkloadEvent(workload=w, observed_at=_ts(1234.0))).finished_at is None
+
+
 def test_profile_round_trips_through_record_and_message() -> None:
     w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid="u", name="p", namespace="ns",
                                                          mode=common_pb2.MODE_KUBERNETES),

@@ -133,7 +133,8 @@ def workload_from_event(event: workload_pb2.WorkloadEvent) -> WorkloadInfo:
         request_memory_gib=w.request.memory_gib, request_compute_percent=w.request.compute_percent,
         created_at=_time(w.created_at, w.HasField("created_at")),
         started_at=_time(w.started_at, w.HasField("started_at")),
-        finished_at=_time(w.finished_at, w.HasField("finished_at")),
+        finished_at=_time(w.finished_at, w.HasField("finished_at"))
+        or (_time(event.observed_at, event.HasField("observed_at")) if w.phase in TERMINAL else None),
         exit_code=w.exit_code if w.HasField("exit_code") else None, labels=dict(w.labels))
 
 

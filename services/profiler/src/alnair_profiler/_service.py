@@ -82,6 +82,8 @@ class ProfilerService(Service):
                 await asyncio.sleep(self.settings.retry_interval_seconds)
         for doc in saved:
             restored = WorkloadState.from_doc(doc)
+            if await self._stale_checkpoint(restored.uid):
+                continue
             live = self.states.get(restored.uid)
             if live is not None:  # samples arrived while we were loading: keep both
                 for name, series in live.series.items():
@@ -96,6 +98,21 @@ class ProfilerService(Service):
             self.bus, stream="WORKLOADS", durable="profiler-workloads", subject=subjects.workload_events(),
             message_type=workload_pb2.WorkloadEvent, handler=self._on_event, max_deliver=2000, ack_wait=30.0))
         self.spawn(self._housekeeping(), "profiler-housekeeping")
+
+    async def _stale_checkpoint(self, uid: str) -> bool:
+        """A checkpoint whose workload already has its record (the profiler stopped between
+        writing the record and deleting the checkpoint, or a checkpoint raced the end)."""
+        assert self.store is not None
+        try:
+            if await self.store.run(self.store.get_profile, uid) is None:
+                return False
+            await self.store.run(self.store.delete_inflight, uid)
+        except StoreUnavailableError as e:
+            log.info("could not check a checkpoint; keeping it", uid=uid, error=str(e))
+            return False
+        self._remember_final(uid, 0)
+        log.info("stale checkpoint of a profiled workload removed", uid=uid)
+        return True
 
     async def teardown(self) -> None:
         await self._checkpoint(force=True)
@@ -159,8 +176,16 @@ class ProfilerService(Service):
         if self.prometheus is None or not i.kubernetes or i.started_at is None:
             return profile
         end = i.finished_at or max(i.started_at, datetime.now(UTC))
+        budget = self.settings.prometheus_timeout_seconds
         try:
-            usage = await self.prometheus.pod_usage(i.namespace, i.name, i.started_at, end)
+            # One budget for all queries: the record is due within a second of the end even
+            # when Prometheus hangs.
+            usage = await asyncio.wait_for(self.prometheus.pod_usage(i.namespace, i.name, i.started_at, end),
+                                           budget)
+        except TimeoutError:
+            log.warning("Prometheus did not answer in time; profile written from bus samples only", uid=i.uid,
+                        budget_seconds=budget)
+            return profile
         except PrometheusError as e:
             log.warning("PromQL maxima not merged; profile written from bus samples only", uid=i.uid,
                         error=str(e))
@@ -228,7 +253,7 @@ class ProfilerService(Service):
         if self.store is None:
             return
         for state in list(self.states.values()):
-            if state.info is None or not (state.dirty or force):
+            if state.info is None or not (state.dirty or force) or state.uid in self.final:
                 continue
             try:
                 await self.store.run(self.store.save_inflight, state.to_doc())

@@ -18,7 +18,8 @@ class ProfilerSettings(ServiceSettings):
     prometheus_url: str | None = Field(None, description="Prometheus for cAdvisor maxima (Kubernetes mode)")
     prometheus_rate_window_seconds: float = Field(30.0, ge=1, le=3600)
     prometheus_resolution_seconds: float = Field(5.0, ge=1, le=3600)
-    prometheus_timeout_seconds: float = Field(2.0, gt=0, le=60)
+    prometheus_timeout_seconds: float = Field(
+        0.8, gt=0, le=60, description="Budget for all PromQL queries of one profile (the record is due in 1 s)")
     checkpoint_interval_seconds: float = Field(5.0, gt=0, le=3600)
     retry_interval_seconds: float = Field(1.0, gt=0, le=600)
     unknown_sample_ttl_seconds: float = Field(600.0, gt=0)
