@@ -120,11 +120,12 @@ def main() -> None:
             wall.append(time.perf_counter() - w)
         server = MetricsServer([collector(lambda: view) for collector in COLLECTORS], "127.0.0.1", 0)
         body = server.render()
-        render = []
+        render, render_cpu = [], []
         for _ in range(a.scrapes):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             server.render()
             render.append(time.perf_counter() - t)
+            render_cpu.append(time.process_time() - c)
         http = asyncio.run(scrape_http(server, a.scrapes))
     result = {
         "gpus": a.gpus, "processes_per_gpu": a.processes, "pods": len(view.series), "regions": a.regions,
@@ -134,9 +135,12 @@ def main() -> None:
         "sample_wall_ms_median": 1e3 * statistics.median(wall),
         "sample_cpu_ms_mean": 1e3 * statistics.fmean(cpu), "period_s": a.period, "host_period_s": a.host_period,
         "core_share_pct": 100 * statistics.fmean(cpu) / a.period,
+        "render_cpu_ms_median": 1e3 * statistics.median(render_cpu),
         "render_ms_median": 1e3 * statistics.median(render), "render_ms_p99": 1e3 * pct(render, 0.99),
         "http_scrape_ms_median": 1e3 * statistics.median(http), "http_scrape_ms_p99": 1e3 * pct(http, 0.99),
     }
+    result["load_average_1m"] = os.getloadavg()[0]
+    result["cpus"] = os.cpu_count()
     print(json.dumps(result, indent=2))
 
 
