@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from prof_support import P, batch, event, events_settled, publish_batches, running, settings
+from prof_support import T0, P, batch, event, events_settled, publish_batches, running, settings, ts
 
-from alnair.v1 import commands_pb2, profile_pb2
+from alnair.v1 import commands_pb2, common_pb2, metrics_pb2, profile_pb2
 from alnair_common import Bus, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
@@ -183,3 +184,31 @@ async def test_restart_in_the_middle_of_a_workload_keeps_both_halves(
     assert record["series"]["gpu_memory_bytes"]["max"] == pytest.approx(7e9)
     assert record["series"]["cpu_cores"]["samples"] == 10
     assert record["phase"] == "FAILED"
+
+
+async def test_interceptor_samples_give_memcpy_bandwidth_and_the_launch_period(
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
+) -> None:
+    async with running(_profile_settings(nats_server, mongo, tmp_path)):
+        await bus.publish(subjects.workload_events(), event("uid-c", "under-interceptor", P.WORKLOAD_PHASE_RUNNING, 1))
+        await events_settled(bus)
+        copied = 0
+        for k in range(12):
+            copied += (4 if k == 6 else 1) * 10**9  # 1 GB/s, one second at 4 GB/s
+            sample = metrics_pb2.CudaSample(
+                workload=common_pb2.WorkloadRef(uid="uid-c"), node="node-1", gpu_uuid="GPU-1",
+                sampled_at=ts(T0 + timedelta(seconds=k)), kernel_launches_total=1000 * k,
+                memory_used_bytes=(2 + min(k, 3)) * 2**30, memcpy_htod_bytes_total=copied // 2,
+                memcpy_dtoh_bytes_total=copied - copied // 2, launch_period_seconds=0.0123 if k > 1 else 0.0,
+                launch_period_repeats=80 * k)
+            await bus.publish(subjects.cuda_metrics("node-1", "uid-c"), sample)
+        await bus.nc.flush()
+        await bus.publish(subjects.workload_events(),
+                          event("uid-c", "under-interceptor", P.WORKLOAD_PHASE_SUCCEEDED, 2, end=12.0))
+        record = await wait_for(lambda: _record(mongo, "uid-c"), what="profile record")
+    memcpy = record["series"]["memcpy_bytes_per_second"]
+    assert memcpy["max"] == pytest.approx(4e9) and memcpy["samples"] == 11
+    assert memcpy["deciles"][4] == pytest.approx(1e9)
+    assert record["series"]["gpu_memory_bytes"]["max"] == 5 * 2**30  # from the region: no NVML samples
+    assert record["training"]["is_training"] and record["training"]["evidence"] == "launch-signature"
+    assert record["training"]["period_seconds"] == pytest.approx(0.0123)
