@@ -183,6 +183,10 @@ def test_containers_are_confined(overlay: str) -> None:
             where = f"{name}/{container['name']}"
             assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False, where
             assert sc["capabilities"]["drop"] == ["ALL"], where
+            if name in SERVICES:  # writable only where Tilt syncs sources (dev)
+                read_only = overlay == "prod" or container["name"] == "install-interceptor"
+                assert sc["readOnlyRootFilesystem"] is read_only, \
+                    f"{overlay}: {where} readOnlyRootFilesystem={sc['readOnlyRootFilesystem']}"
             runs_as_root = sc.get("runAsUser", spec.get("securityContext", {}).get("runAsUser")) == 0
             assert not runs_as_root or name in NODE_AGENTS, f"{where} runs as root"
         volumes = [v for v in spec.get("volumes", []) if "hostPath" in v]
