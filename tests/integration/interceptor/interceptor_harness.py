@@ -60,9 +60,10 @@ class NativeBuild:
             self.built[variant] = self.root if variant == "release" else self.root / variant
         return self.built[variant]
 
-    def run_case(self, variant: str, case: str) -> subprocess.CompletedProcess[str]:
+    def run_case(self, variant: str, case: str, *, again: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run a C case once (cached: region reader tests reuse its workspace); ``again`` reruns."""
         key = (variant, case)
-        if key not in self.ran:
+        if again or key not in self.ran:
             out = self.out_dir(variant)
             self.ran[key] = subprocess.run(
                 [str(NATIVE / "tests" / "run_tests.sh"), str(out), sanitizer_runtime(variant), case],

@@ -14,14 +14,26 @@ import subprocess
 import pytest
 from interceptor_harness import NATIVE, VARIANTS, NativeBuild, c_cases
 
+# Throttle cases measure convergence against the wall clock. On a machine where other work
+# steals the CPU, a starved launcher thread shows up as a utilisation dip that belongs to the
+# machine, not to the controller. They get up to two more tries; a wrong controller fails
+# all three, and every failed try's output is kept in the assertion message.
+REAL_TIME_CASES = ("throttle_",)
+TRIES = 3
+
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case", c_cases())
 def test_c_case(native_build: NativeBuild, variant: str, case: str) -> None:
-    result = native_build.run_case(variant, case)
-    assert result.returncode == 0, f"{case} [{variant}] failed:\n{result.stdout}{result.stderr}"
-    assert f"PASS {case}" in result.stdout
+    tries = TRIES if case.startswith(REAL_TIME_CASES) else 1
+    failures = []
+    for attempt in range(tries):
+        result = native_build.run_case(variant, case, again=attempt > 0)
+        if result.returncode == 0 and f"PASS {case}" in result.stdout:
+            return
+        failures.append(f"{result.stdout}{result.stderr}")
+    pytest.fail(f"{case} [{variant}] failed {len(failures)} of {tries} tries:\n" + "\n".join(failures))
 
 
 @pytest.mark.timeout(300)
