@@ -10,6 +10,9 @@ than it uses.
 from __future__ import annotations
 
 import importlib
+import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,10 +58,10 @@ def secret_values(docs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, str]]
 
 def resolved_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
     """The container's environment as the kubelet would set it (downward API with sample values)."""
-    env = {}
+    env: dict[str, str] = {}
     for var in container.get("env", []):
-        if "value" in var:
-            env[var["name"]] = var["value"]
+        if "value" in var:  # $(NAME) of a variable defined above is expanded, as the kubelet does
+            env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), var["value"])
             continue
         source = var["valueFrom"]
         if "fieldRef" in source:
@@ -110,21 +113,39 @@ def test_each_service_runs_once_with_probes_resources_and_metrics(overlay: str) 
                                "prometheus.io/path": "/metrics"}, f"{service}: scrape annotations {annotations}"
 
 
+def mounted_config(workload: dict[str, Any], docs: tuple[dict[str, Any], ...], path: str, tmp: Path) -> Path:
+    """The file at ``path`` in the container, from the ConfigMap volume mounted over it."""
+    container = main_container(workload)
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod_spec(workload)["volumes"] if v["name"] == mount["name"])
+    config_map = find(docs, "ConfigMap", volume["configMap"]["name"])
+    local = tmp / Path(path).name
+    local.write_text(config_map["data"][path[len(mount["mountPath"]) + 1:]])
+    return local
+
+
 @pytest.mark.parametrize("service", sorted(SERVICES))
-def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Every ALNAIR_* variable is a setting of the service, and together they validate."""
     docs = render("dev")
     cls = settings_class(SERVICES[service])
-    container = main_container(find(docs, "Deployment" if service not in NODE_AGENTS else "DaemonSet", service))
-    env = resolved_env(container, secret_values(docs))
-    fields = {f"ALNAIR_{name.upper()}" for name in cls.model_fields}
+    workload = find(docs, "Deployment" if service not in NODE_AGENTS else "DaemonSet", service)
+    env = resolved_env(main_container(workload), secret_values(docs))
+    file_values = {}
+    if "ALNAIR_CONFIG" in env:  # the settings file, from its ConfigMap (load_settings reads it)
+        env["ALNAIR_CONFIG"] = str(mounted_config(workload, docs, env["ALNAIR_CONFIG"], tmp_path))
+        file_values = tomllib.loads(Path(env["ALNAIR_CONFIG"]).read_text())
+    fields = {f"ALNAIR_{name.upper()}" for name in cls.model_fields} | {"ALNAIR_CONFIG"}
     unknown = sorted(k for k in env if k.startswith("ALNAIR_") and k not in fields)
+    assert not any("$(" in v for v in env.values()), f"{service}: unexpanded variable in {env}"
     assert not unknown, f"{service}: {unknown} are not settings of {cls.__name__} (silently ignored at start-up)"
     for key in ("ALNAIR_NATS_URL", "ALNAIR_NATS_TOKEN", "ALNAIR_NODE_NAME", "ALNAIR_HEALTH_PORT", "ALNAIR_HEALTH_HOST"):
         assert key in env, f"{service}: {key} not set"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = load_settings(cls)
+    for key, value in file_values.items():
+        assert getattr(settings, key) == value, f"{service}: {key} from the config file not applied"
     assert settings.health_port == HEALTH_PORT and settings.health_host == "0.0.0.0"
     assert settings.nats_servers == ["nats://alnair-nats:4222"] and settings.nats_token == "alnair-dev-token"
     assert settings.node_name == "gpu-node-1"
@@ -248,3 +269,40 @@ def test_grafana_provisions_every_generated_dashboard() -> None:
     grafana = pod_spec(find(docs, "Deployment", "alnair-grafana"))
     volume = next(v for v in grafana["volumes"] if v["name"] == "dashboards")
     assert volume["configMap"]["name"] == dashboards["metadata"]["name"]
+
+
+def test_device_plugin_settings_point_into_its_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paths the plugin uses (its defaults or the manifest's environment) are mounted there."""
+    docs = render("prod")
+    workload = find(docs, "DaemonSet", "alnair-device-plugin")
+    container = main_container(workload)
+    for var in container["env"]:
+        if "value" in var:
+            monkeypatch.setenv(var["name"], var["value"])
+    settings = load_settings(settings_class("device_plugin"))
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod_spec(workload)["volumes"] if "hostPath" in v}
+
+    def mount_of(path: Path) -> dict[str, Any]:
+        holders = [m for p, m in mounts.items() if path == Path(p) or Path(p) in path.parents]
+        assert holders, f"{path} is not inside any mount of the device plugin"
+        return max(holders, key=lambda m: len(m["mountPath"]))
+
+    for path in (settings.device_plugin_dir, settings.state_dir, settings.workspace_root,
+                 settings.pod_resources_socket.parent, settings.interceptor_host_path.parent):
+        mount = mount_of(path)
+        assert host[mount["name"]] == mount["mountPath"], f"{path}: host and container paths differ"
+    assert not mount_of(settings.state_dir).get("readOnly"), "the plugin's state must be writable"
+    assert not mount_of(settings.device_plugin_dir).get("readOnly"), "the plugin creates its socket there"
+
+
+def test_profiler_stores_profiles_in_the_bundle_mongodb(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = render("dev")
+    env = resolved_env(main_container(find(docs, "Deployment", "alnair-profiler")), secret_values(docs))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings(settings_class("profiler"))
+    assert settings.mongo_url == "mongodb://alnair:alnair-dev-password@alnair-mongodb:27017/?authSource=admin"
+    mongo = main_container(find(docs, "StatefulSet", "alnair-mongodb"))
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in mongo["env"]} == {
+        "MONGO_INITDB_ROOT_USERNAME": "mongo-username", "MONGO_INITDB_ROOT_PASSWORD": "mongo-password"}
