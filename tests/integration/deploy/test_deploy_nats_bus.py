@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from deploy_render import find, main_container, render
+from test_deploy_manifests import mounted_config
 
 from alnair_common import Bus, ensure_streams
 from alnair_common.natsd import free_port, nats_server_binary
@@ -108,7 +109,9 @@ async def test_jetstream_serves_the_platform_streams(bundle_nats: tuple[str, int
 
 def test_service_with_its_deployment_environment_becomes_ready(bundle_nats: tuple[str, int], tmp_path: Path) -> None:
     url, _ = bundle_nats
-    container = main_container(find(render("dev"), "Deployment", "alnair-scheduler"))
+    docs = render("dev")
+    workload = find(docs, "Deployment", "alnair-scheduler")
+    container = main_container(workload)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALNAIR_")}
     for var in container["env"]:
         if "value" in var:
@@ -116,7 +119,8 @@ def test_service_with_its_deployment_environment_becomes_ready(bundle_nats: tupl
     health = free_port()
     env.update({"ALNAIR_NATS_URL": url, "ALNAIR_NATS_TOKEN": TOKEN, "ALNAIR_NODE_NAME": "node-1",
                 "ALNAIR_HEALTH_HOST": "127.0.0.1", "ALNAIR_HEALTH_PORT": str(health),
-                "ALNAIR_DATA_DIR": str(tmp_path / "data")})
+                "ALNAIR_DATA_DIR": str(tmp_path / "data"), "ALNAIR_INSTANCE_ID": "alnair-scheduler-0"})
+    env["ALNAIR_CONFIG"] = str(mounted_config(workload, docs, env["ALNAIR_CONFIG"], tmp_path))
     script = Path(sys.executable).parent / container["name"].join(("alnair-", ""))
     process = subprocess.Popen([str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
