@@ -98,14 +98,29 @@ async def test_gang_of_8_on_room_for_6_then_capacity_appears_and_competing_gangs
         status = await wait_for(group_scheduled, timeout=30, what="PodGroup train Scheduled")
         assert status["scheduled"] == 8
 
-        # Two more gangs of 4 whole cards compete for the same 8 cards once train ends.
-        await p.podgroup("a", 4)
-        await p.podgroup("b", 4)
+        # Two gangs of 5 whole cards compete for the 8 cards once train ends: one must win
+        # whole, the other must hold nothing, and it follows when the winner finishes.
+        await p.podgroup("a", 5)
+        await p.podgroup("b", 5)
         interleaved = []
-        for i in range(4):
+        for i in range(5):
             interleaved += [gpu_pod(f"a-{i}", 60, 50, group="a"), gpu_pod(f"b-{i}", 60, 50, group="b")]
         await p.create(*interleaved)
         for n in names:
             await p.kube_finish(n, kwok_nodes)
-        both = await p.bound([m["metadata"]["name"] for m in interleaved], timeout=90)
-        within_capacity(both, 80)
+        groups = {g: [f"{g}-{i}" for i in range(5)] for g in ("a", "b")}
+
+        async def one_group_bound() -> str | None:
+            pods = await p.pods()
+            for g, ms in groups.items():
+                if all(pods[m].spec.node_name for m in ms):
+                    return g
+            return None
+
+        winner = await wait_for(one_group_bound, timeout=90, interval=0.2, what="one gang bound whole")
+        loser = "b" if winner == "a" else "a"
+        pods = await p.pods()
+        assert not any(pods[m].spec.node_name for m in groups[loser]), "partial gang placement"
+        for m in groups[winner]:
+            await p.kube_finish(m, kwok_nodes)
+        await p.bound(groups[loser], timeout=90)
