@@ -29,7 +29,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> NativeBuild:
 
 
 async def test_c_written_regions_become_cuda_samples_with_pod_labels(native, nats_server, bus, tmp_path) -> None:
-    cfg = settings(nats_server.url, tmp_path, grace_seconds=3.0)
+    cfg = settings(nats_server.url, tmp_path, grace_seconds=6.0)
     # the fixture workload names itself "fixture/ns/pod" (namespace/pod/container): its workspace
     # directory name means nothing here, the header's workload id finds the pod
     (cfg.workspaces / "some-dir").mkdir()
@@ -55,11 +55,11 @@ async def test_c_written_regions_become_cuda_samples_with_pod_labels(native, nat
         assert samples["uid-fork"].kernel_launches_total == 64 * 200 + 5 * 10  # parent threads + 5 children
 
         labels = '{gpu_uuid="",namespace="fixture",node="gpu-node-1",pod_name="ns"}'
-        text = await scrape(exporter)
+        text = await scrape(exporter)  # within the grace period of these exited workloads
         assert series(text, "alnair_cuda_kernel_launches_total")[labels] == 1010
         assert series(text, "alnair_cuda_memory_limit_bytes")[labels] == 1 << 30
         # every process of both has exited: the series go once the grace period is over
-        await wait_for(lambda: _gone(exporter), timeout=15, what="exited workloads' series gone")
+        await wait_for(lambda: _gone(exporter), timeout=30, what="exited workloads' series gone")
 
 
 async def _has(samples: dict, uids: set[str]) -> bool:

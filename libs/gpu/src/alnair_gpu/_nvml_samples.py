@@ -5,6 +5,10 @@ returns processes the driver sampled after ``since``; between such samples the l
 is held (what the replay of recordings does too), so a process does not flicker to "no data"
 on every other call. Memory per process comes from the running compute processes.
 
+XID errors come from an NVML event set drained (without waiting) on every sample: a count
+per GPU since the sampler started and the last XID seen, as dcgm-exporter's
+``DCGM_FI_DEV_XID_ERRORS`` reports it.
+
 A query the device does not support (power on some boards, ECC with ECC off) yields ``None``
 for that field rather than an error: a sampler that fails every period because one board
 lacks a sensor would hide all the other measurements.
@@ -42,6 +46,35 @@ class NvmlSampler:
         self._names = [str(nv.nvmlDeviceGetName(h)) for h in self._handles]
         self._since = [int(time.time() * 1e6)] * len(self._handles)
         self._held: dict[tuple[int, str], tuple[float | None, float | None]] = {}
+        self._xids: dict[str, tuple[int, int]] = {}  # uuid -> (count, last xid)
+        self._events = self._xid_events()
+
+    def _xid_events(self) -> Any:
+        """An event set for critical XIDs on every GPU; None where the driver offers none."""
+        nv = self._nv
+        try:
+            events = nv.nvmlEventSetCreate()
+        except nv.NVMLError:
+            return None
+        for h in self._handles:
+            try:
+                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, events)
+            except nv.NVMLError:
+                continue  # this board reports no XIDs; the others still do
+        return events
+
+    def _drain_xids(self) -> None:
+        nv = self._nv
+        if self._events is None:
+            return
+        for _ in range(256):  # bounded: a storm of XIDs must not stall a sampling period
+            try:
+                data = nv.nvmlEventSetWait_v2(self._events, 0)
+            except nv.NVMLError:
+                return  # NVMLError_Timeout: nothing pending
+            uuid = str(nv.nvmlDeviceGetUUID(data.device))
+            count, _ = self._xids.get(uuid, (0, 0))
+            self._xids[uuid] = (count + 1, int(data.eventData))
 
     def _try(self, fn: Any, *args: Any) -> Any:
         try:
@@ -60,6 +93,7 @@ class NvmlSampler:
                         nv.NVML_VOLATILE_ECC)
         tx = self._try(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
         rx = self._try(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+        xid_count, last_xid = self._xids.get(self._uuids[i], (0, None))
         return DeviceSample(
             index=i, uuid=self._uuids[i], name=self._names[i],
             utilization_ratio=None if util is None else util.gpu / 100.0,
@@ -71,6 +105,7 @@ class NvmlSampler:
             ecc_errors_total=None if ecc is None else int(ecc),
             pcie_tx_bytes_per_second=None if tx is None else tx * 1000.0,
             pcie_rx_bytes_per_second=None if rx is None else rx * 1000.0,
+            xid_errors_total=xid_count if self._events is not None else None, last_xid=last_xid,
         )
 
     def _processes(self, i: int, h: Any) -> list[ProcessSample]:
@@ -91,6 +126,7 @@ class NvmlSampler:
 
     def sample(self) -> GpuSnapshot:
         now = time.time()
+        self._drain_xids()
         devices, processes = [], []
         for i, h in enumerate(self._handles):
             try:
@@ -102,6 +138,8 @@ class NvmlSampler:
 
     def close(self) -> None:
         try:
+            if self._events is not None:
+                self._nv.nvmlEventSetFree(self._events)
             self._nv.nvmlShutdown()
         except self._nv.NVMLError:
             pass

@@ -46,6 +46,8 @@ class DeviceSample:
     ecc_errors_total: int | None = None
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    xid_errors_total: int | None = None  # critical XID events seen since the sampler started
+    last_xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

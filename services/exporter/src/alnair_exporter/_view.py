@@ -72,6 +72,7 @@ class NodeView:
                 memory_used_bytes=d.memory_used_bytes, memory_total_bytes=d.memory_total_bytes,
                 power_watts=d.power_watts or 0.0, temperature_celsius=d.temperature_celsius or 0.0,
                 sm_clock_hertz=d.sm_clock_hertz or 0.0, ecc_errors_total=d.ecc_errors_total or 0,
+                last_xid=d.last_xid or 0,
             )
         for p in self.processes:
             s = p.sample

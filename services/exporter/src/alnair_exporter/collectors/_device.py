@@ -5,7 +5,9 @@ Mapping: ``DCGM_FI_DEV_GPU_UTIL`` → ``alnair_gpu_utilization_ratio``,
 ``DCGM_FI_DEV_FB_USED``/``FB_FREE`` → ``alnair_gpu_memory_used_bytes``/``_total_bytes``,
 ``DCGM_FI_DEV_POWER_USAGE`` → ``alnair_gpu_power_watts``, ``DCGM_FI_DEV_GPU_TEMP`` →
 ``alnair_gpu_temperature_celsius``, ``DCGM_FI_DEV_SM_CLOCK`` (MHz) → ``alnair_gpu_sm_clock_hertz``,
-``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` → ``alnair_gpu_ecc_uncorrected_errors_total``. A query
+``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` → ``alnair_gpu_ecc_uncorrected_errors_total``,
+``DCGM_FI_DEV_XID_ERRORS`` → ``alnair_gpu_xid_errors_total`` (count since the exporter
+started) and ``alnair_gpu_last_xid``. A query
 the board does not answer leaves its series out rather than reporting a false zero.
 """
 
@@ -46,4 +48,12 @@ class DeviceCollector(ViewCollector):
             if d.ecc_errors_total is not None:
                 ecc.add_metric([view.node, str(d.index), d.uuid, d.name], float(d.ecc_errors_total))
         families.append(ecc)
+        xids = counter("alnair_gpu_xid_errors", "Critical XID events since the exporter started.", DEVICE_LABELS)
+        last = gauge("alnair_gpu_last_xid", "The last critical XID the driver reported (0: none).", DEVICE_LABELS)
+        for d in view.devices:
+            labels = [view.node, str(d.index), d.uuid, d.name]
+            if d.xid_errors_total is not None:
+                xids.add_metric(labels, float(d.xid_errors_total))
+                last.add_metric(labels, float(d.last_xid or 0))
+        families += [xids, last]
         return families
