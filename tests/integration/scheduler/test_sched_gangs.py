@@ -92,7 +92,13 @@ async def test_gang_times_out_with_a_reason_and_members_wait_for_their_podgroup(
         await adapter.podgroup("short", min_member=3, timeout_s=1)
         short = [await adapter.pending(f"short-{i}", 10, 10, group="short") for i in range(2)]
         failure, code = await seen.failed(short[0], "gang-incomplete")
-        assert "needs 3 members placed together; 0 placed and 2 pending" in failure.reason
+        assert "needs 3 members placed together; 0 placed and " in failure.reason
+
+        async def incomplete() -> bool:
+            return any(st["message"].endswith("needs 3 members placed together; 0 placed and 2 "
+                                              "pending so far") for st in seen.statuses["default/short"])
+
+        await wait_for(incomplete, what="PodGroup status names the missing member")
         status = await seen.status("short", "Failed", timeout=10)
         assert status["message"].startswith("PodGroup default/short timed out after 1 s with 0 of")
         failure, code = await seen.failed(short[1], "gang-timeout")

@@ -133,7 +133,10 @@ def gang_from_proto(pg: commands_pb2.PodGroup, now: float) -> Gang:
                 kind=pg.ref.kind or "PodGroup", min_member=pg.min_member,
                 timeout_seconds=pg.schedule_timeout_seconds,
                 created_at=_ts(pg.created_at) if pg.HasField("created_at") else now,
-                phase=pg.phase or "Pending", deleted=pg.deleted)
+                phase=pg.phase or "Pending", deleted=pg.deleted,
+                # A group whose status already says Failed (seen again after a restart)
+                # stays failed: its members were told so and must not be bound now.
+                failed_reason="PodGroup status is Failed" if pg.phase == "Failed" else "")
 
 
 # -- allocations (KV value) -------------------------------------------------------------------

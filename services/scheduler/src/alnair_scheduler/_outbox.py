@@ -1,7 +1,10 @@
 """Everything the scheduler tells the world, published on the bus.
 
-Failures are published when their reason changes, not on every attempt: a workload that
-waits an hour for capacity produces a handful of events, not one per cycle. Bind decisions
+Failures are published when their reason changes, not on every attempt, and a reason whose
+code is unchanged (only the free GiB it quotes moved) is refreshed at most every
+``refresh_seconds``: a workload that waits an hour for capacity produces a few dozen events,
+not one per cycle, and a thousand waiting gang members do not flood the bus each time a
+card frees up. Bind decisions
 carry a message id derived from workload and card, so a decision re-announced after a
 restart is stored once by JetStream's de-duplication.
 """
@@ -20,11 +23,13 @@ log = get_logger("alnair.scheduler")
 
 
 class Outbox:
-    def __init__(self, bus: Bus, instance: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, bus: Bus, instance: str, clock: Callable[[], float] = time.time,
+                 refresh_seconds: float = 5.0) -> None:
         self.bus = bus
         self.instance = instance
         self.clock = clock
-        self._reported: dict[str, tuple[str, str]] = {}
+        self.refresh_seconds = refresh_seconds
+        self._reported: dict[str, tuple[str, str, float]] = {}
 
     async def bind(self, w: WorkloadId, a: Assignment, pod_group: str) -> None:
         msg = _convert.bind_decision(w, a, pod_group, self.instance, self.clock())
@@ -37,20 +42,18 @@ class Outbox:
 
     async def fail(self, f: Failure) -> bool:
         """Publish why ``f.workload`` stays pending; False when that was already said."""
-        said = (f.code, f.reason)
-        if self._reported.get(f.workload.uid) == said:
-            return False
         now = self.clock()
+        last = self._reported.get(f.workload.uid)
+        if last is not None and last[0] == f.code and (
+                last[1] == f.reason or now - last[2] < self.refresh_seconds):
+            return False
         await self.bus.publish(subjects.sched_failed(), _convert.scheduling_failure(f, now))
         await self.bus.publish(subjects.cmd_event(), _convert.failed_event(f, now))
-        self._reported[f.workload.uid] = said
+        self._reported[f.workload.uid] = (f.code, f.reason, now)
         _metrics.DECISIONS.labels("permanent-failure" if f.permanent else "pending").inc()
         log.info("not placed", workload=str(f.workload), uid=f.workload.uid, code=f.code,
                  reason=f.reason, permanent=f.permanent)
         return True
-
-    def last_reason(self, uid: str) -> tuple[str, str] | None:
-        return self._reported.get(uid)
 
     def forget(self, uid: str) -> None:
         self._reported.pop(uid, None)

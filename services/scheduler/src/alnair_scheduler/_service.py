@@ -42,6 +42,8 @@ class SchedulerSettings(ServiceSettings):
     utilisation_window_seconds: float = Field(60.0, gt=0, le=3600)
     tick_seconds: float = Field(1.0, gt=0, le=60, description="Longest pause between cycles")
     replay_timeout_seconds: float = Field(120.0, gt=0)
+    reason_refresh_seconds: float = Field(
+        5.0, ge=0, le=3600, description="Least time between two pending reasons with the same code")
 
 
 class SchedulerService(Service):
@@ -56,7 +58,7 @@ class SchedulerService(Service):
         bus = self.bus
         store = await AllocationStore.open(bus)
         self.engine = Engine(
-            store, Outbox(bus, s.instance_id), instance=s.instance_id,
+            store, Outbox(bus, s.instance_id, refresh_seconds=s.reason_refresh_seconds), instance=s.instance_id,
             default_profile=Profile(s.scheduling_profile), scheduler_name=s.scheduler_name,
             util=UtilisationTracker(s.utilisation_window_seconds))
         restored = await self.engine.restore()
