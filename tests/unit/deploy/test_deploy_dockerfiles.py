@@ -126,3 +126,19 @@ def test_interceptor_image_builds_with_the_targets_ci_runs() -> None:
     entry = next(a for w, a in instructions(dockerfile) if w == "ENTRYPOINT")
     assert "/host/opt/alnair/lib/libalnair_cuda.so" in entry and "mv -f" in entry, (
         "the init container must install the library on the host by atomic rename")
+
+
+def test_dockerfiles_and_their_ignore_files_are_generated_from_the_pyprojects() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gen-dockerfiles"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for service_dir in SERVICE_DIRS:
+        ignore = (service_dir / "Dockerfile.dockerignore").read_text().splitlines()
+        allowed = {line[1:] for line in ignore if line.startswith("!")}
+        copied = copied_sources(service_dir / "Dockerfile")
+        assert allowed == copied, f"{service_dir.name}: the build context {sorted(allowed)} != COPY {sorted(copied)}"
+    ignore = (INTERCEPTOR / "Dockerfile.dockerignore").read_text().splitlines()
+    assert {line[1:] for line in ignore if line.startswith("!")} == copied_sources(INTERCEPTOR / "Dockerfile")
