@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from alnair_gpu import GpuSampler, GpuSnapshot
 
+from ._allocations import PodAllocations
 from ._cuda import CudaUsage, RegionReading, RegionScanner
 from ._host import HostReader, HostUsage
 from ._identity import PidResolver
@@ -64,6 +65,7 @@ class NodeSampler:
         self._kept: dict[str, WorkloadSeries] = {}
         self._last_live: dict[str, float] = {}
         self._hosts: dict[str, HostUsage] = {}
+        self.allocations = PodAllocations()  # replaced whole by the PodResources poller
 
     def sample(self) -> NodeView:
         now = self.clock()
@@ -85,7 +87,7 @@ class NodeSampler:
         fresh_cuda: list[CudaUsage] = []
         for r in readings:
             uid = r.workload.uid
-            cuda = tuple(r.usage(self._gpu_uuid_of(r, snap)))
+            cuda = tuple(r.usage(self._gpu_uuid_of(r, snap, self.allocations)))
             fresh_cuda += cuda
             live = bool(r.region.active()) or uid in current
             base = current.get(uid, WorkloadSeries(r.workload, live=live))
@@ -105,7 +107,7 @@ class NodeSampler:
             if due:
                 self.host.keep_only(set().union(*pids.values()) if pids else set())
         return NodeView(self.node, snap.sampled_at, snap.simulated, snap.devices, processes,
-                        self._retain(now, current), tuple(fresh_cuda))
+                        self._retain(now, current), tuple(fresh_cuda), self.allocations)
 
     def _owner(self, pid: int, owner_of: dict[int, WorkloadInfo]) -> WorkloadInfo | None:
         if pid in owner_of:
@@ -135,10 +137,14 @@ class NodeSampler:
         return out
 
     @staticmethod
-    def _gpu_uuid_of(reading: RegionReading, snap: GpuSnapshot) -> Callable[[int], str]:
-        """CUDA ordinal → UUID: the assigned card (the workload sees only it), else by index."""
+    def _gpu_uuid_of(reading: RegionReading, snap: GpuSnapshot, allocations: PodAllocations
+                     ) -> Callable[[int], str]:
+        """CUDA ordinal → UUID: the assigned or only allocated card (the workload sees only
+        it), else by index."""
         by_index = {d.index: d.uuid for d in snap.devices}
-        assigned = reading.workload.gpu_uuid
+        w = reading.workload
+        cards = allocations.cards_of(w.namespace, w.name)
+        assigned = w.gpu_uuid or (cards[0] if len(cards) == 1 else "")
 
         def of(ordinal: int) -> str:
             if assigned and ordinal == 0:

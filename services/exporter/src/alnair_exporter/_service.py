@@ -14,11 +14,13 @@ logged, and dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import time
 from collections.abc import Callable
 from typing import Any
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
@@ -26,7 +28,9 @@ from alnair.v1 import workload_pb2
 from alnair_common import AlnairError, DecodeError, Service, subjects
 from alnair_common.bus import decode
 from alnair_gpu import GpuSampler
+from alnair_kubelet import KubeletError, PodResourcesClient
 
+from ._allocations import PodAllocations
 from ._cuda import RegionScanner
 from ._exposition import MetricsServer
 from ._host import HostReader
@@ -63,6 +67,10 @@ class ExporterService(Service):
         self._gpu: GpuSampler | None = None
         self._sub: Any = None
         self._unpublishable: set[str] = set()
+        self._pod_resources: PodResourcesClient | None = None
+        self._seen_sequence = 0
+        self._seen = asyncio.Condition()
+        self._allocation_problem: str | None = None
 
     async def setup(self) -> None:
         s = self.settings
@@ -94,18 +102,45 @@ class ExporterService(Service):
             subjects.workload_events(), cb=self._on_workload_event, ordered_consumer=True,
             deliver_policy=DeliverPolicy.ALL,
         )
+        await self._catch_up_on_workloads()
         self.health.checks["sampling"] = self._check_sampling
         self.spawn(self._sample_loop(), "sampling")
+        if s.pod_resources_socket is not None:
+            self._pod_resources = PodResourcesClient(s.pod_resources_socket)
+            self.spawn(self._allocations_loop(self._pod_resources), "pod-resources")
 
     async def teardown(self) -> None:
         if self._sub is not None:
             await self._sub.unsubscribe()
         if self.metrics is not None:
             await self.metrics.stop()
+        if self._pod_resources is not None:
+            await self._pod_resources.close()
         if self._gpu is not None:
             self._gpu.close()
 
+    async def _catch_up_on_workloads(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) until the event history is applied, so the first period already
+        knows every workload instead of logging their regions as unknown."""
+        assert self.bus is not None
+        spec = next(s for s in subjects.STREAMS if "alnair.workload.>" in s.subjects)
+        try:
+            last = (await self.bus.js.get_last_msg(spec.name, subjects.workload_events())).seq or 0
+        except nats.errors.Error:
+            return  # no event yet (or the stream is away): nothing to wait for
+        try:
+            async with self._seen:
+                await asyncio.wait_for(self._seen.wait_for(lambda: self._seen_sequence >= last), timeout)
+        except TimeoutError:
+            self.log.info("workload history not fully read yet; sampling anyway", want=last,
+                          have=self._seen_sequence)
+
     async def _on_workload_event(self, msg: Msg) -> None:
+        with contextlib.suppress(Exception):  # metadata of a JetStream delivery; absent elsewhere
+            sequence = msg.metadata.sequence.stream
+            async with self._seen:
+                self._seen_sequence = max(self._seen_sequence, sequence)
+                self._seen.notify_all()
         try:
             update = WorkloadUpdate.from_proto(decode(msg.subject, msg.data, workload_pb2.WorkloadEvent))
         except DecodeError as e:
@@ -142,6 +177,26 @@ class ExporterService(Service):
                 self.stats.sample_errors += 1
                 self.log.exception("sampling period failed; serving the last view", error=str(e))
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    async def _allocations_loop(self, client: PodResourcesClient) -> None:
+        """Poll the kubelet's PodResources every host period; a failure keeps the last answer."""
+        period = max(1.0, self.settings.host_period_seconds)
+        while True:
+            try:
+                allocations = PodAllocations.from_snapshot(await client.list())
+            except KubeletError as e:
+                self.stats.pod_resources_errors += 1
+                if str(e) != self._allocation_problem:
+                    self._allocation_problem = str(e)
+                    self.log.warning("pod allocations unavailable; keeping the last ones", error=str(e))
+            else:
+                if allocations.ignored_ids and self._allocation_problem != "ids":
+                    self._allocation_problem = "ids"
+                    self.log.warning("device IDs that name no card ignored", count=allocations.ignored_ids,
+                                     expected="<GPU UUID>-m<k> or <GPU UUID>-c<k>")
+                if self.sampler is not None:
+                    self.sampler.allocations = allocations
+            await asyncio.sleep(period)
 
     async def _publish(self, view: NodeView) -> None:
         assert self.bus is not None

@@ -31,6 +31,9 @@ class ExporterSettings(ServiceSettings):
     grace_seconds: float = Field(60.0, ge=0.0, le=86400.0,
                                  description="how long series of a finished workload stay")
     workspaces_dir: Path | None = Field(None, description="workload workspaces; default <data_dir>/workspaces")
+    pod_resources_socket: Path | None = Field(
+        None, description="the kubelet's PodResources socket (/var/lib/kubelet/pod-resources/kubelet.sock "
+        "in the DaemonSet); unset: no allocation metrics")
     proc_root: Path = Path("/proc")
     cgroup_root: Path = Path("/sys/fs/cgroup")
 

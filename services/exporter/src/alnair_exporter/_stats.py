@@ -20,6 +20,7 @@ class ExporterStats(Collector):
         self.samples = 0
         self.sample_errors = 0
         self.publish_errors = 0
+        self.pod_resources_errors = 0
         self.last_sample_seconds = 0.0
         self.simulated = False
         self.regions_skipped: Counter[str] = Counter()
@@ -43,6 +44,8 @@ class ExporterStats(Collector):
                                       value=self.sample_errors)
             yield CounterMetricFamily("alnair_exporter_publish_errors", "Samples that could not be published.",
                                       value=self.publish_errors)
+            yield CounterMetricFamily("alnair_exporter_pod_resources_errors", "Failed kubelet PodResources "
+                                      "queries (the last allocations stand).", value=self.pod_resources_errors)
             yield GaugeMetricFamily("alnair_exporter_last_sample_duration_seconds",
                                     "Time the last sampling period took, seconds.", value=self.last_sample_seconds)
             yield GaugeMetricFamily("alnair_exporter_simulated", "1 when GPU data are replayed, not measured.",

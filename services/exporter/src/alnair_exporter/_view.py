@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from alnair.v1 import metrics_pb2
 from alnair_gpu import DeviceSample, ProcessSample
 
+from ._allocations import PodAllocations
 from ._cuda import CudaUsage
 from ._host import HostUsage
 from ._workloads import WorkloadInfo
@@ -58,6 +59,7 @@ class NodeView:
     processes: tuple[AttributedProcess, ...] = ()
     series: tuple[WorkloadSeries, ...] = ()
     fresh_cuda: tuple[CudaUsage, ...] = field(default=(), repr=False)
+    allocations: PodAllocations = field(default_factory=PodAllocations)
 
     def batch(self) -> metrics_pb2.NodeSampleBatch:
         """The period as published on ``alnair.metrics.gpu.<node>`` (live workloads only)."""
