@@ -33,6 +33,15 @@ def test_nvml_without_a_driver_points_at_the_replay_source() -> None:
         gpu_sampler(load_settings(ExporterSettings, gpu_source="nvml"))
 
 
+def test_replay_source_widens_the_recording() -> None:
+    recording = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h200" / "idle_notebook.jsonl.gz"
+    sampler = gpu_sampler(load_settings(ExporterSettings, gpu_source="replay", replay_file=recording,
+                                        replay_gpus=4))
+    assert sampler is not None
+    snap = sampler.sample()
+    assert snap.simulated and len(snap.devices) == 4
+
+
 def test_no_gpu_source_means_regions_and_hosts_only() -> None:
     assert gpu_sampler(load_settings(ExporterSettings, gpu_source="none")) is None
     # `alnair up` on a machine without a GPU: the default degrades instead of refusing to start
