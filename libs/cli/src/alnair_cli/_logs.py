@@ -6,7 +6,7 @@ import asyncio
 import sys
 
 from alnair_common import Bus
-from alnair_lifecycle import TERMINAL
+from alnair_lifecycle import TERMINAL, LifecyclePublisher
 from alnair_local_agent import Workspace
 
 from ._workloads import all_workloads, find
@@ -18,16 +18,17 @@ async def show_logs(bus: Bus, ws_for, key: str, *, follow: bool) -> str | None: 
     if found is None:
         return (f"no workload named {key!r} (or with a uid starting so): see `alnair ps`")
     workspace: Workspace = ws_for(found.workload.ref.uid)
+    records = await LifecyclePublisher.open(bus, "cli")
     offset = 0
     while True:
         offset = _copy(workspace, offset)
         if not follow:
             break
-        current = find(await all_workloads(bus), found.workload.ref.uid)
+        current = await records.last(found.workload.ref.uid)
         if current is None or current.workload.phase in TERMINAL:
             _copy(workspace, offset)
             break
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
     return None
 
 

@@ -21,7 +21,7 @@ def visible(events: list[wl.WorkloadEvent], *, show_all: bool) -> list[wl.Worklo
 def row(e: wl.WorkloadEvent, now: datetime) -> dict[str, str]:
     w = e.workload
     a = w.assignment
-    simulated = "SIMULATED" in w.message
+    simulated = w.annotations.get("ai.centaurus.io/simulated-gpu") == "true"
     gpu = f"{a.gpu_index}:{a.gpu_uuid}" + (" (sim)" if simulated else "") if a.gpu_uuid else "-"
     created = w.created_at.ToDatetime(tzinfo=UTC) if w.HasField("created_at") else None
     return {

@@ -22,7 +22,7 @@ from pathlib import Path
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, subjects
-from alnair_lifecycle import TERMINAL, phase_name
+from alnair_lifecycle import TERMINAL, LifecyclePublisher, phase_name
 
 from ._workloads import active_with_name, all_workloads, workspace
 
@@ -95,6 +95,7 @@ class Runner:
         if active_with_name(await all_workloads(self.bus), self.request.name):
             raise RunError(f"a workload named {self.request.name!r} is still active; choose "
                            "another --name or wait for it to finish")
+        self.records = await LifecyclePublisher.open(self.bus, "cli")
         await self.bus.subscribe(subjects.workload_events(), wl.WorkloadEvent, self._on_event)
         await self.bus.subscribe(subjects.sched_failed(), scheduling_pb2.SchedulingFailure,
                                  self._on_failure)
@@ -109,6 +110,7 @@ class Runner:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda s=sig: self._forward(s, interrupted))
         deadline = None if wait_timeout is None else loop.time() + wait_timeout
+        next_poll = loop.time() + 1.0
         try:
             while self.final is None:
                 if interrupted and self.phase in (P.WORKLOAD_PHASE_UNSPECIFIED,
@@ -124,7 +126,9 @@ class Runner:
                 try:
                     await asyncio.wait_for(self.changed.wait(), 0.05)
                 except TimeoutError:
-                    await self._poll_record()
+                    if loop.time() >= next_poll:
+                        next_poll = loop.time() + 1.0
+                        await self._poll_record()
                 self._pump_output()
             self._pump_output()
         finally:
@@ -146,9 +150,9 @@ class Runner:
 
     async def _poll_record(self) -> None:
         """Core subscriptions can miss a message across a reconnect; the record cannot."""
-        for e in await all_workloads(self.bus):
-            if e.workload.ref.uid == self.request.uid:
-                self._advance(e.workload)
+        last = await self.records.last(self.request.uid)
+        if last is not None:
+            self._advance(last.workload)
 
     def _advance(self, w: wl.Workload) -> None:
         if w.phase <= self.phase and w.phase not in TERMINAL:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publish_error, subjects
 from alnair_gpu import NodeGpus
 from alnair_lifecycle import LifecyclePublisher
 
@@ -27,6 +27,7 @@ from ._workspace import Workspace, still_running
 
 log = get_logger("alnair.local-agent")
 P = wl.WorkloadPhase
+SIMULATED_ANNOTATION = "ai.centaurus.io/simulated-gpu"
 
 
 class Agent:
@@ -84,6 +85,11 @@ class Agent:
         last = await self.lifecycle.last(d.workload.uid)
         workspace = Workspace.of(self.workloads_dir, d.workload.uid)
         submission = workspace.submission()
+        if last is None and submission is not None:
+            # The pending event is out but its record not yet written (we publish first):
+            # the decision came quickly. Retry shortly instead of refusing it.
+            raise TemporaryError(f"{d.workload.name}: pending record not written yet",
+                                 retry_after=0.1)
         if last is None or submission is None:
             await self._answer(d, ok=False, reason=f"no workload {d.workload.uid} was submitted "
                                                    f"to the local agent on {self.node}")
@@ -104,6 +110,8 @@ class Agent:
         bound = self._public(submission, P.WORKLOAD_PHASE_BOUND, "")
         bound.node = self.node
         bound.assignment.CopyFrom(a)
+        if self.gpus.simulated:  # carried by every later event, shown by `alnair ps`
+            bound.annotations[SIMULATED_ANNOTATION] = "true"
         workspace.write_limits(memory_gib=a.memory_gib, compute_percent=a.compute_percent,
                                workload_id=d.workload.uid)
         await self.lifecycle.publish(bound)
@@ -172,8 +180,8 @@ class Agent:
         await _process_exit(pid, started)
         code = workspace.exit_code()
         if code is None:
-            await self._finish(running, None, f"process {pid} ended without recording an "
-                                              "exit code")
+            await self._finish(running, None, f"process {pid} ended without an exit code "
+                                              "(its reaper was killed too)")
         else:
             await self._finish(running, code, "")
 
