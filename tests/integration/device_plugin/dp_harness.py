@@ -7,12 +7,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+import grpc.aio
+import pytest
+
 from alnair.v1 import common_pb2, scheduling_pb2, workload_pb2
 from alnair_common import Bus, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
-from alnair_device_plugin import DevicePluginService, DevicePluginSettings, Resource
+from alnair_device_plugin import DevicePluginService, DevicePluginSettings, Resource, unit_id
 from alnair_gpu import InjectedHealth
+from alnair_kubelet.api import deviceplugin as dp
 from alnair_kubelet.api import deviceplugin_grpc as dp_grpc
 from alnair_kubelet.testing import KubeletHarness
 
@@ -87,3 +92,37 @@ async def make_env(tmp_path: Path, nats_server: NatsServer, bus: Bus,
     finally:
         await env.stop()
         await kubelet.stop()
+
+
+# -- kubelet-side calls shared by the tests (two simulated 80 GiB cards) ---------------------
+
+CARD0, CARD1 = "GPU-sim-0000-80g", "GPU-sim-0001-80g"
+
+
+def ids(resource: Resource, uuid: str, units: range) -> list[str]:
+    return [unit_id(resource, uuid, k) for k in units]
+
+
+def everything(resource: Resource) -> list[str]:
+    n = 80 if resource is Resource.MEMORY else 100
+    return ids(resource, CARD0, range(n)) + ids(resource, CARD1, range(n))
+
+
+async def preferred(plugin, resource: Resource, size: int) -> list[str]:
+    answer = await plugin.GetPreferredAllocation(dp.PreferredAllocationRequest(container_requests=[
+        dp.ContainerPreferredAllocationRequest(available_deviceIDs=everything(resource), allocation_size=size)
+    ]), timeout=5)
+    return list(answer.container_responses[0].deviceIDs)
+
+
+async def allocate(plugin, *requests: list[str]) -> dp.AllocateResponse:
+    return await plugin.Allocate(dp.AllocateRequest(container_requests=[
+        dp.ContainerAllocateRequest(devices_ids=r) for r in requests]), timeout=5)
+
+
+async def expect_refusal(call, code: grpc.StatusCode, match: str) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    assert caught.value.code() == code, caught.value.details()
+    assert match in caught.value.details(), caught.value.details()
+    return caught.value.details()

@@ -9,38 +9,13 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
-import pytest
-from dp_harness import PluginEnv
+from dp_harness import CARD0, CARD1, PluginEnv, allocate, expect_refusal, ids, preferred
 from prometheus_client import REGISTRY
 
 from alnair.v1 import platform_pb2, workload_pb2
 from alnair_common import subjects
 from alnair_common.testing import wait_for
 from alnair_device_plugin import Resource, unit_id
-from alnair_kubelet.api import deviceplugin as dp
-
-CARD0, CARD1 = "GPU-sim-0000-80g", "GPU-sim-0001-80g"
-
-
-def ids(resource: Resource, uuid: str, units: range) -> list[str]:
-    return [unit_id(resource, uuid, k) for k in units]
-
-
-def everything(resource: Resource) -> list[str]:
-    n = 80 if resource is Resource.MEMORY else 100
-    return ids(resource, CARD0, range(n)) + ids(resource, CARD1, range(n))
-
-
-async def preferred(plugin, resource: Resource, size: int) -> list[str]:
-    answer = await plugin.GetPreferredAllocation(dp.PreferredAllocationRequest(container_requests=[
-        dp.ContainerPreferredAllocationRequest(available_deviceIDs=everything(resource), allocation_size=size)
-    ]), timeout=5)
-    return list(answer.container_responses[0].deviceIDs)
-
-
-async def allocate(plugin, *requests: list[str]) -> dp.AllocateResponse:
-    return await plugin.Allocate(dp.AllocateRequest(container_requests=[
-        dp.ContainerAllocateRequest(devices_ids=r) for r in requests]), timeout=5)
 
 
 async def test_preferred_allocation_steers_to_the_assigned_card(two_gpu_env: PluginEnv) -> None:
@@ -83,14 +58,6 @@ async def test_allocate_returns_card_interceptor_limits_and_workspace(two_gpu_en
     # The workload ends: its workspace goes.
     await env.workload_phase("a1", workload_pb2.WORKLOAD_PHASE_SUCCEEDED)
     await wait_for(lambda: asyncio.sleep(0, not workspace.exists()), what="workspace removed")
-
-
-async def expect_refusal(call, code: grpc.StatusCode, match: str) -> str:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call
-    assert caught.value.code() == code, caught.value.details()
-    assert match in caught.value.details(), caught.value.details()
-    return caught.value.details()
 
 
 async def test_allocation_without_assignment_fails_with_a_reason(two_gpu_env: PluginEnv) -> None:

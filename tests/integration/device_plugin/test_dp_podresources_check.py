@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dp_harness import PluginEnv
-from test_dp_allocate import CARD0, CARD1, allocate, ids
+from dp_harness import CARD0, CARD1, PluginEnv, allocate, ids
 
 from alnair.v1 import platform_pb2
 from alnair_common import subjects

@@ -47,6 +47,7 @@ class DevicePluginService(Service):
         self.link: KubeletLink | None = None
         self.reconciler: PodResourcesReconciler | None = None
         self._health_task: asyncio.Task[None] | None = None
+        self._link_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._inventory_kv: TypedKV[inventory_pb2.NodeInventory] | None = None
 
@@ -81,7 +82,7 @@ class DevicePluginService(Service):
         plugins = [ResourcePlugin(r, self.state, allocator) for r in Resource]
         self.link = KubeletLink(s.device_plugin_dir, plugins, poll_seconds=s.kubelet_poll_seconds)
         self.health.checks["kubelet"] = self._check_kubelet
-        self.spawn(self.link.run(self._stopping), "kubelet-link")
+        self._link_task = self.spawn(self.link.run(self._stopping), "kubelet-link")
         self._health_task = self.spawn(self._watch_health(), "gpu-health")
         if s.reconcile_seconds > 0:
             self.reconciler = PodResourcesReconciler(
@@ -93,10 +94,13 @@ class DevicePluginService(Service):
         self._stopping.set()
         if self.reconciler is not None:
             await self.reconciler.client.close()
-        if self._health_task is not None:
-            # The health thread may sit in NVML's event wait: let it return (≤ 0.5 s) before
-            # the event set is freed under it.
-            await asyncio.wait([self._health_task], timeout=5.0)
+        # Let both loops end by themselves before the runtime cancels tasks: the health thread
+        # may sit in NVML's event wait (≤ 0.5 s) and must not have the event set freed under
+        # it; the kubelet link must finish stopping its gRPC servers (a cancelled stop leaves a
+        # server running on a socket).
+        running = [t for t in (self._health_task, self._link_task) if t is not None]
+        if running:
+            await asyncio.wait(running, timeout=5.0)
         if self.source is not None:
             self.source.close()
 
