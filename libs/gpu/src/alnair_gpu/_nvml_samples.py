@@ -16,6 +16,7 @@ lacks a sensor would hide all the other measurements.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -41,9 +42,14 @@ class NvmlSampler:
                 "replay source (ALNAIR_GPU_SOURCE=replay) where there is no GPU"
             ) from e
         nv = self._nv
-        self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-        self._uuids = [str(nv.nvmlDeviceGetUUID(h)) for h in self._handles]
-        self._names = [str(nv.nvmlDeviceGetName(h)) for h in self._handles]
+        try:
+            self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+            self._uuids = [str(nv.nvmlDeviceGetUUID(h)) for h in self._handles]
+            self._names = [str(nv.nvmlDeviceGetName(h)) for h in self._handles]
+        except nv.NVMLError as e:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlShutdown()
+            raise SampleSourceError(f"NVML cannot list the GPUs ({e}); check the driver with nvidia-smi") from e
         self._since = [int(time.time() * 1e6)] * len(self._handles)
         self._held: dict[tuple[int, str], tuple[float | None, float | None]] = {}
         self._xids: dict[str, tuple[int, int]] = {}  # uuid -> (count, last xid)
