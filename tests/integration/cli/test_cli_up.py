@@ -1,0 +1,118 @@
+"""`alnair up` as a user runs it: a subprocess with its own data dir and port.
+
+`alnair status` must report every service ready, `alnair events` must show decoded
+messages, and SIGINT must stop everything: no service process and no nats-server left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alnair.v1 import inventory_pb2, platform_pb2
+from alnair_common import Bus, TypedKV, subjects
+from alnair_common.natsd import free_port
+from alnair_common.testing import wait_until
+
+ALNAIR = [sys.executable, "-m", "alnair_cli"]
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def nats_server_pids(port: int) -> list[int]:
+    """nats-server processes started for ``port`` (alnair names them alnair-<port>)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"nats-server") and f"alnair-{port}".encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def status(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ALNAIR, "status", "--data-dir", str(data_dir), "--json"],
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.timeout(240)
+async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
+    data_dir, port = tmp_path / "alnair", free_port()
+    log = open(tmp_path / "up.log", "wb")  # noqa: ASYNC230 - the console of `alnair up`
+    up = subprocess.Popen([*ALNAIR, "up", "--data-dir", str(data_dir), "--port", str(port),  # noqa: ASYNC220
+                           "--gpus", "sim:2x80"], stdout=log, stderr=subprocess.STDOUT,
+                          env={**os.environ, "COLUMNS": "200"})
+    service_pids: list[int] = []
+    try:
+        def all_ready() -> dict | None:
+            if up.poll() is not None:
+                raise AssertionError(f"alnair up exited {up.returncode}: "
+                                     f"{(tmp_path / 'up.log').read_text()[-3000:]}")
+            done = status(data_dir)
+            return json.loads(done.stdout) if done.returncode == 0 else None
+
+        report = await asyncio.to_thread(wait_until, all_ready, timeout=150, interval=1.0,
+                                         what="every service ready")
+        names = {s["name"] for s in report["services"]}
+        assert {"local-agent", "scheduler", "exporter", "profiler", "elastic-job",
+                "cache-hydrator"} <= names
+        assert all(s["health"]["ready"] for s in report["services"])
+        service_pids = [int(s["pid"]) for s in report["services"]]
+        assert all(alive(pid) for pid in service_pids)
+        [nats_pid] = nats_server_pids(port)
+
+        bus = await Bus.connect(report["nats_url"], service="test")
+        try:
+            # --gpus sim:2x80 reached the local agent through its environment.
+            kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+            inventories = [(await kv.get(k)).value for k in await kv.keys()]
+            assert [len(i.gpus) for i in inventories] == [2] and inventories[0].simulated
+
+            events = subprocess.Popen(  # noqa: ASYNC220 - spawning does not block
+                [*ALNAIR, "events", "--data-dir", str(data_dir), "--subject", "alnair.error.>",
+                 "--count", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            probe = platform_pb2.ErrorEvent(service="cli-up-test", code="probe",
+                                            message="hello from the test")
+            while events.poll() is None:  # until `alnair events` has subscribed and printed
+                await bus.publish(subjects.error("cli-up-test"), probe)
+                await asyncio.sleep(0.2)
+            out, err = events.communicate(timeout=10)
+            assert events.returncode == 0, err
+            assert "alnair.error.cli-up-test ErrorEvent" in out
+            assert 'message: "hello from the test"' in out
+        finally:
+            await bus.drain()
+
+        up.send_signal(signal.SIGINT)
+        assert await asyncio.to_thread(up.wait, 60) == 0
+        for pid in [*service_pids, nats_pid]:
+            assert not alive(pid), f"pid {pid} survived `alnair up` stopping"
+        assert nats_server_pids(port) == []
+        assert not (data_dir / "run" / "platform.json").exists()
+        assert status(data_dir).returncode == 1
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        for pid in service_pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
