@@ -97,3 +97,13 @@ def test_gpu_source_setting_is_validated_at_start(monkeypatch: pytest.MonkeyPatc
     settings = load_settings(DevicePluginSettings)
     assert open_source(settings.gpus).inventory().simulated
     assert settings.state_dir.parent == settings.workspace_root  # one hostPath holds both
+
+
+def test_a_new_decision_replaces_a_waiting_one_but_not_an_allocated_one(tmp_path: Path) -> None:
+    index = AssignmentIndex(tmp_path)
+    assert index.add(assignment("s1", A, 4, 10))
+    assert index.add(assignment("s1", B, 4, 10))  # rescheduled to the other card before admission
+    assert index.get("s1").gpu_uuid == B
+    index.record_allocation("s1", Resource.MEMORY, [unit_id(Resource.MEMORY, B, 0)])
+    assert not index.add(assignment("s1", A, 4, 10))
+    assert index.get("s1").gpu_uuid == B

@@ -77,6 +77,10 @@ def assignment_from_proto(ref: common_pb2.WorkloadRef, gpu: common_pb2.GpuAssign
                       compute_percent=gpu.compute_percent)
 
 
+def _same_share(a: Assignment, b: Assignment) -> bool:
+    return (a.gpu_uuid, a.memory_gib, a.compute_percent) == (b.gpu_uuid, b.memory_gib, b.compute_percent)
+
+
 class AssignmentIndex:
     """This node's assignments as one JSON file each under ``directory``, plus tombstones of
     workloads that ended (so a late bind decision for a finished pod is not kept forever)."""
@@ -100,8 +104,12 @@ class AssignmentIndex:
     # -- fed by the bus -------------------------------------------------------------------
 
     def add(self, assignment: Assignment) -> bool:
-        """Keep a decision; False when it is already known (redelivery) or the workload ended."""
-        if assignment.uid in self._items or (self._ended / assignment.uid).exists():
+        """Keep a decision; False when it changes nothing: a redelivery, a workload that ended,
+        or a new decision for a workload the kubelet has already started allocating (the
+        container holds its units; a later decision cannot move it)."""
+        known = self._items.get(assignment.uid)
+        if (self._ended / assignment.uid).exists() or (known is not None and (
+                known.started or _same_share(known, assignment))):
             return False
         item = replace(assignment, sequence=self._next, allocated={})
         self._next += 1
