@@ -69,6 +69,7 @@ class ExporterService(Service):
         self._unpublishable: set[str] = set()
         self._pod_resources: PodResourcesClient | None = None
         self._seen_sequence = 0
+        self._sample_problem: str | None = None
         self._seen = asyncio.Condition()
         self._allocation_problem: str | None = None
 
@@ -175,7 +176,13 @@ class ExporterService(Service):
                 raise
             except Exception as e:  # noqa: BLE001 - one bad period must not stop the exporter
                 self.stats.sample_errors += 1
-                self.log.exception("sampling period failed; serving the last view", error=str(e))
+                if str(e) != self._sample_problem:  # once per distinct failure, not every period
+                    self._sample_problem = str(e)
+                    self.log.exception("sampling period failed; serving the last view", error=str(e))
+            else:
+                if self._sample_problem is not None:
+                    self.log.info("sampling recovered", after=self._sample_problem)
+                    self._sample_problem = None
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
     async def _allocations_loop(self, client: PodResourcesClient) -> None:
