@@ -95,8 +95,12 @@ def test_service_image_is_pinned_non_root_and_starts_the_service(service_dir: Pa
         f"{dockerfile}: ENTRYPOINT {entrypoints} should be the console script {package.script!r} of {package.name}")
     dev = next(s for s in stages(dockerfile) if s[0][1].endswith("AS dev"))
     chown = next(a for w, a in dev if w == "RUN")
-    assert chown.endswith(f"site-packages/{package.module}"), (
+    assert f"chown -R 10001:10001 /opt/alnair/venv/lib/python3.12/site-packages/{package.module} " in chown, (
         f"{dockerfile}: the dev stage must hand {package.module} to the app user for Tilt's live update")
+    # Tilt's restart_process extension touches and rewrites /.restart-proc as the image's user.
+    assert "touch /.restart-proc && chown 10001:10001 /.restart-proc" in chown, dockerfile
+    python = build_args(dockerfile)["PYTHON_IMAGE"].split(":")[1]
+    assert python.startswith("3.12."), f"{dockerfile}: site-packages path assumes Python 3.12, base is {python}"
 
 
 def test_interceptor_image_builds_with_the_targets_ci_runs() -> None:
