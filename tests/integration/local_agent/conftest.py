@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +14,7 @@ from la_support import REPO, RunningAgent, StandInScheduler, start_agent
 
 from alnair_common import Bus
 from alnair_common.natsd import NatsServer
+from alnair_local_agent._workspace import still_running
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +36,16 @@ async def agent(nats_server: NatsServer, tmp_path: Path,
     finally:
         if not running.task.done():
             await running.stop()
+        kill_leftover_workloads(tmp_path / "data")
+
+
+def kill_leftover_workloads(data_dir: Path) -> None:
+    """Workloads outlive agents by design; a failed test must not leave them behind."""
+    for pid_file in data_dir.glob("workloads/*/pid"):
+        pid, started = pid_file.read_text().split()
+        if still_running(int(pid), started):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGKILL)
 
 
 @pytest.fixture

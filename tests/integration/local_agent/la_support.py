@@ -55,6 +55,7 @@ class StandInScheduler:
     gpu: str = SIM_GPU0
     bound: list[str] = field(default_factory=list)
     hold: bool = False
+    refuse: dict[str, str] = field(default_factory=dict)
 
     async def start(self) -> None:
         await self.bus.subscribe(subjects.workload_events(), wl.WorkloadEvent, self._on_event)
@@ -62,6 +63,11 @@ class StandInScheduler:
     async def _on_event(self, _s: str, e: wl.WorkloadEvent) -> None:
         w = e.workload
         if self.hold or w.phase != wl.WORKLOAD_PHASE_PENDING or w.ref.uid in self.bound:
+            return
+        if w.ref.name in self.refuse:
+            failure = scheduling_pb2.SchedulingFailure(workload=w.ref, permanent=True,
+                                                       reason=self.refuse[w.ref.name])
+            await self.bus.publish(subjects.sched_failed(), failure)
             return
         self.bound.append(w.ref.uid)
         await self.bus.publish(subjects.sched_bind(), decision(w, self.gpu))

@@ -154,3 +154,19 @@ async def test_inventory_is_published_and_marked_simulated(bus: Bus, agent) -> N
     assert inventory.simulated and inventory.node == NODE
     assert [g.uuid for g in inventory.gpus] == [SIM_GPU0, "GPU-sim-0001-80g"]
     assert all(g.vgpu_memory_gib == 80 and g.vgpu_compute_percent == 100 for g in inventory.gpus)
+
+
+async def test_impossible_request_ends_the_run_with_the_schedulers_reason(
+        bus: Bus, nats_server: NatsServer, agent, scheduler, tmp_path: Path) -> None:
+    scheduler.refuse["huge"] = "100 GiB requested, but the largest card has 80 GiB"
+    done = await run_cli(cli_args(nats_server, tmp_path / "data", "--name", "huge",
+                                  "--gpu-memory", "100", "--", "true"))
+    assert done.returncode == 1
+    assert "the largest card has 80 GiB (cannot be placed)" in done.stderr
+    assert "withdrawn" in done.stderr
+
+    async def deleted():
+        events = await events_of(bus, "huge")
+        return events if events[-1].workload.phase == P.WORKLOAD_PHASE_DELETED else None
+
+    await wait_for(deleted, timeout=10, what="impossible workload withdrawn")

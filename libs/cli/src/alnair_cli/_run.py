@@ -89,6 +89,7 @@ class Runner:
         self.final: wl.Workload | None = None
         self.changed = asyncio.Event()
         self._reasons: set[str] = set()
+        self.impossible = False
         self._offset = 0
 
     async def run(self, *, wait_timeout: float | None = None) -> int:
@@ -117,10 +118,13 @@ class Runner:
                                                   P.WORKLOAD_PHASE_PENDING):
                     await self._withdraw()
                     return 128 + interrupted[0]
+                if self.impossible and self.phase < P.WORKLOAD_PHASE_BOUND:
+                    await self._withdraw()  # the scheduler says retrying cannot help
+                    return 1
                 if deadline is not None and self.phase < P.WORKLOAD_PHASE_BOUND \
                         and loop.time() > deadline:
+                    self.say(f"no placement within {wait_timeout:g} s")
                     await self._withdraw()
-                    self.say(f"no placement within {wait_timeout:.0f} s; withdrawn")
                     return 1
                 self.changed.clear()
                 try:
@@ -176,6 +180,9 @@ class Runner:
         if f.workload.uid == self.request.uid and f.reason not in self._reasons:
             self._reasons.add(f.reason)
             self.say(f"pending: {f.reason}" + (" (cannot be placed)" if f.permanent else ""))
+            if f.permanent:
+                self.impossible = True
+                self.changed.set()
 
     async def _on_bound(self, _s: str, r: scheduling_pb2.BindResult) -> None:
         if r.workload.uid == self.request.uid and not r.ok:
