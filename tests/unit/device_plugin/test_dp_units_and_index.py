@@ -107,3 +107,15 @@ def test_a_new_decision_replaces_a_waiting_one_but_not_an_allocated_one(tmp_path
     index.record_allocation("s1", Resource.MEMORY, [unit_id(Resource.MEMORY, B, 0)])
     assert not index.add(assignment("s1", A, 4, 10))
     assert index.get("s1").gpu_uuid == B
+
+
+def test_only_the_last_allocated_container_is_preferred_for_its_other_resource(tmp_path: Path) -> None:
+    index = AssignmentIndex(tmp_path)
+    index.add(assignment("old", A, 4, 30))  # memory allocated long ago; its compute never came
+    index.add(assignment("new", A, 2, 30))
+    index.record_allocation("old", Resource.MEMORY, [unit_id(Resource.MEMORY, A, 0)])
+    index.record_allocation("new", Resource.MEMORY, [unit_id(Resource.MEMORY, A, 1)])
+    assert index.match(Resource.COMPUTE, A, 30).uid == "new"
+    index.add(assignment("fresh", A, 1, 30))
+    index.record_allocation("new", Resource.COMPUTE, [unit_id(Resource.COMPUTE, A, 0)])
+    assert index.match(Resource.COMPUTE, A, 30).uid == "fresh"

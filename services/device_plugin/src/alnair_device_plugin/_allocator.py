@@ -63,12 +63,12 @@ class Allocator:
         free = [u for u, d in zip(parse_units(resource, available, gpus), available, strict=True) if d not in held]
         required = parse_units(resource, must_include, gpus)
         waiting = [a for a in self.index.all() if a.needs(resource) and a.amount(resource) == size]
-        group = [a for a in waiting if a.started] or waiting
+        group = self.index.same_container_first(waiting)
         if not group:
             raise NoAssignmentError(
                 f"{resource.resource_name}: no scheduler assignment on this node waits for {size} "
                 f"{resource.unit}; was the pod scheduled by alnair-scheduler?")
-        if not any(a.started for a in waiting):
+        if len(group) > 1:
             choices = {(a.gpu_uuid, a.memory_gib, a.compute_percent) for a in group}
             limits = {(m, c) for _, m, c in choices}
             if len(limits) > 1:

@@ -92,6 +92,7 @@ class AssignmentIndex:
         self._live.mkdir(parents=True, exist_ok=True)
         self._ended.mkdir(parents=True, exist_ok=True)
         self._items: dict[str, Assignment] = {}
+        self._last_allocated: str | None = None
         for path in sorted(self._live.glob("*.json")):
             item = Assignment(**json.loads(path.read_text()))
             self._items[item.uid] = item
@@ -138,14 +139,14 @@ class AssignmentIndex:
     def match(self, resource: Resource, gpu_uuid: str, count: int) -> Assignment:
         """The assignment ``count`` units of ``resource`` on ``gpu_uuid`` are for.
 
-        The kubelet allocates all resources of one container before the next container, so an
-        assignment whose other resource was just allocated comes first; otherwise any waiting
-        one with these amounts. Several candidates are fine when their limits are identical
+        The kubelet allocates all resources of one container before the next container, so the
+        assignment whose other resource was allocated last comes first; otherwise one not yet
+        allocated, with these amounts. Several candidates are fine when their limits are identical
         (the oldest decision is used); differing limits cannot be told apart and are refused.
         """
         waiting = [a for a in self.all() if a.gpu_uuid == gpu_uuid and a.needs(resource)]
         fits = [a for a in waiting if a.amount(resource) == count]
-        candidates = [a for a in fits if a.started] or fits
+        candidates = self.same_container_first(fits)
         if not candidates:
             seen = ", ".join(f"{a.workload_id} wants {a.amount(resource)} {resource.unit}" for a in waiting)
             raise NoAssignmentError(
@@ -160,7 +161,14 @@ class AssignmentIndex:
                 f"assignments with different limits: {names}; refusing to guess which pod this is")
         return candidates[0]
 
+    def same_container_first(self, fits: list[Assignment]) -> list[Assignment]:
+        """The assignment allocated last (its container's other resource comes right after),
+        else those not allocated at all; one half-allocated long ago is a last resort."""
+        last = [a for a in fits if a.uid == self._last_allocated]
+        return last or [a for a in fits if not a.started] or fits
+
     def record_allocation(self, uid: str, resource: Resource, device_ids: list[str]) -> Assignment:
+        self._last_allocated = uid if device_ids else None
         item = self._items[uid]
         updated = replace(item, allocated={**item.allocated, resource.resource_name: list(device_ids)})
         self._write(updated)
@@ -168,6 +176,7 @@ class AssignmentIndex:
 
     def restore(self, item: Assignment) -> None:
         """Put back an earlier state of an assignment (a multi-container Allocate failed)."""
+        self._last_allocated = None
         if item.uid in self._items:
             self._write(item)
 
