@@ -57,6 +57,8 @@ async def test_bad_events_and_impossible_samples_are_rejected_and_the_rest_profi
         record = await wait_for(lambda: _true(mongo.db[COLLECTION].find_one({"_id": "uid-b"})), what="record")
         late = await wait_for(lambda: _true(mongo.db[COLLECTION].find_one({"_id": "uid-late"})), what="late record")
         await wait_for(lambda: _true(len(errors) >= 2), what="two ErrorEvents")
+        # A record is visible before its owners and checkpoint are done: wait for the writer.
+        await wait_for(lambda: _true(not service.writer.pending), what="nothing waiting to be written")
         report = await service.health.report()
 
     record = mongo.db[COLLECTION].find_one({"_id": "uid-b"})
@@ -126,7 +128,7 @@ async def test_a_hanging_prometheus_does_not_delay_the_record(
     try:
         port = silent.getsockname()[1]
         s = settings(nats_server.url, tmp_path, mongo_url=mongo.url, mongo_database=mongo.name,
-                     prometheus_url=f"http://127.0.0.1:{port}")
+                     prometheus_url=f"http://127.0.0.1:{port}", prometheus_timeout_seconds=0.5)
         async with running(s):
             await bus.publish(subjects.workload_events(), event("uid-h", "hang", P.WORKLOAD_PHASE_RUNNING, 1))
             await events_settled(bus)
@@ -138,7 +140,8 @@ async def test_a_hanging_prometheus_does_not_delay_the_record(
             latency = time.monotonic() - ended
     finally:
         silent.close()
-    assert latency < 1.2, f"record took {latency:.2f} s with Prometheus hanging"
+    # Without one budget for all queries this takes 8 queries × 0.5 s = 4 s.
+    assert latency < 1.5, f"record took {latency:.2f} s with Prometheus hanging"
     assert mongo.db[COLLECTION].find_one({"_id": "uid-h"})["series"]["cpu_cores"]["max"] == pytest.approx(3.0)
 
 
