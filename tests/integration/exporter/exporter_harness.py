@@ -54,13 +54,13 @@ async def running_exporter(config: ExporterSettings, **seams: Any) -> AsyncItera
 
 async def publish_workload(bus: Bus, uid: str, name: str, namespace: str = "ml", *,
                            phase: int = workload_pb2.WORKLOAD_PHASE_RUNNING, sequence: int = 1,
-                           gpu_uuid: str = "") -> None:
+                           gpu_uuid: str = "", node: str = "gpu-node-1") -> None:
     await ensure_streams(bus)  # idempotent; the adapters' streams may not exist yet
     event = workload_pb2.WorkloadEvent(sequence=sequence, source="test")
     w = event.workload
     w.ref.uid, w.ref.name, w.ref.namespace = uid, name, namespace
     w.phase = phase
-    w.node = "gpu-node-1"
+    w.node = node
     if gpu_uuid:
         w.assignment.gpu_uuid = gpu_uuid
     await bus.publish(subjects.workload_events(), event)

@@ -141,3 +141,23 @@ async def _eq(got, want) -> bool:  # type: ignore[no-untyped-def]
 
 async def _grew(exporter, before: float) -> bool:  # type: ignore[no-untyped-def]
     return series(await scrape(exporter), "alnair_exporter_samples_total")[""] > before
+
+
+async def test_a_workload_placed_on_another_node_is_not_attributed_here(nats_server, bus, tmp_path) -> None:
+    cfg = settings(nats_server.url, tmp_path)
+    await publish_workload(bus, "uid-here", "here")
+    await publish_workload(bus, "uid-moved", "moved", sequence=1, node="")  # pending: no node yet
+    await publish_workload(bus, "uid-moved", "moved", sequence=2, node="gpu-node-2")  # bound elsewhere
+    for uid in ("uid-here", "uid-moved"):
+        (cfg.workspaces / uid).mkdir()
+        RegionWriter(cfg.workspaces / uid / "cuda.region", workload_id=uid).write_slot(
+            0, pid=1, devices={0: DeviceRecord(kernel_launches=1)})
+    async with running_exporter(cfg, gpu=None, resolver=None) as exporter:
+
+        async def skipped() -> bool:
+            return '{reason="unknown_workload"}' in series(await scrape(exporter),
+                                                          "alnair_exporter_regions_skipped_total")
+
+        await wait_for(skipped, what="the other node's workload skipped")
+        pods = series(await scrape(exporter), "alnair_cuda_kernel_launches_total")
+        assert [k.split('pod_name="')[1].split('"')[0] for k in pods] == ["here"]

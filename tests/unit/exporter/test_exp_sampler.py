@@ -93,3 +93,13 @@ def test_exited_processes_keep_their_counters_but_not_their_memory(tmp_path: Pat
     (usage,) = reading.usage(lambda d: f"gpu{d}")
     assert (usage.kernel_launches_total, usage.memory_used_bytes, usage.processes) == (15, 100, 1)
     assert usage.memory_limit_bytes is None and usage.gpu_uuid == "gpu0"
+
+
+def test_the_directory_forgets_finished_workloads_never_seen_here() -> None:
+    directory = WorkloadDirectory()
+    for n in range(100):  # pods that ran and finished elsewhere in the node's view of the stream
+        directory.apply(_event(f"uid-{n}", f"p{n}", workload_pb2.WORKLOAD_PHASE_SUCCEEDED), 0.0)
+    directory.apply(_event("uid-live", "live"), 0.0)
+    assert directory.sweep(now=10.0, keep_seconds=30.0) == 0
+    assert directory.sweep(now=31.0, keep_seconds=30.0) == 100
+    assert len(directory) == 1 and directory.get("uid-live") is not None

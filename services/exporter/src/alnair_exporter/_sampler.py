@@ -186,5 +186,6 @@ class NodeSampler:
                 self._hosts.pop(uid, None)
                 if finished is not None:
                     self.directory.forget(uid)
+        self.directory.sweep(now, self.grace + 1.0)
         return tuple(self._kept.values())
 

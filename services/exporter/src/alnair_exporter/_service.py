@@ -152,6 +152,9 @@ class ExporterService(Service):
             self.stats.message_malformed(subjects.workload_events(), "invalid")
             self.log.warning("invalid workload event dropped", subject=msg.subject, error=str(e))
             return
+        if update.node and update.node != self.settings.node_name:
+            self.directory.forget(update.info.uid)  # placed on another node: not ours to measure
+            return
         self.directory.apply(update, self.clock())
 
     async def sample_once(self) -> NodeView:

@@ -52,6 +52,7 @@ class WorkloadUpdate:
     info: WorkloadInfo
     sequence: int
     finished: bool
+    node: str = ""  # empty while pending
 
     @classmethod
     def from_proto(cls, event: workload_pb2.WorkloadEvent) -> WorkloadUpdate:
@@ -65,7 +66,7 @@ class WorkloadUpdate:
             uid=w.ref.uid, name=w.ref.name or w.ref.uid, namespace=w.ref.namespace, mode=w.ref.mode,
             gpu_uuid=w.assignment.gpu_uuid,
         )
-        return cls(info=info, sequence=event.sequence, finished=w.phase in FINISHED_PHASES)
+        return cls(info=info, sequence=event.sequence, finished=w.phase in FINISHED_PHASES, node=w.node)
 
 
 class WorkloadDirectory:
@@ -114,6 +115,22 @@ class WorkloadDirectory:
                 if len(parts) >= 2 and (uid := self._by_name.get(f"{parts[0]}/{parts[1]}")):
                     return self._by_uid[uid]
         return None
+
+    def sweep(self, now: float, keep_seconds: float) -> int:
+        """Forget workloads that finished more than ``keep_seconds`` ago; how many went.
+
+        Bounds the directory on a long-lived node: every pod that ever ran here ends with a
+        finished event, and nothing needs its name once its series are gone.
+        """
+        with self._lock:
+            old = [uid for uid, at in self._finished.items() if now - at > keep_seconds]
+        for uid in old:
+            self.forget(uid)
+        return len(old)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_uid)
 
     def forget(self, uid: str) -> None:
         """Drop a workload whose series expired, so the directory stays bounded too."""
