@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from deploy_render import (
     BRAINS,
     HEALTH_PORT,
@@ -306,3 +307,30 @@ def test_profiler_stores_profiles_in_the_bundle_mongodb(monkeypatch: pytest.Monk
     mongo = main_container(find(docs, "StatefulSet", "alnair-mongodb"))
     assert {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in mongo["env"]} == {
         "MONGO_INITDB_ROOT_USERNAME": "mongo-username", "MONGO_INITDB_ROOT_PASSWORD": "mongo-password"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_stores_admit_every_alnair_pod_and_only_those(overlay: str) -> None:
+    docs = render(overlay)
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    guarded = set(policy["spec"]["podSelector"]["matchExpressions"][0]["values"])
+    assert guarded == {"alnair-nats", "alnair-mongodb", "alnair-redis"}
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}, "only pods of the same namespace may be admitted"
+    for workload in workloads(docs):
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        for key, value in peer["podSelector"]["matchLabels"].items():
+            assert labels.get(key) == value, f"{workload['metadata']['name']}'s pods would be cut off the bus"
+
+
+def test_scheduler_name_agrees_across_bridge_scheduler_and_examples(tmp_path: Path) -> None:
+    docs = render("prod")
+    scheduler = find(docs, "Deployment", "alnair-scheduler")
+    env = {e["name"]: e.get("value") for e in main_container(scheduler)["env"]}
+    config = tomllib.loads(mounted_config(scheduler, docs, env["ALNAIR_CONFIG"], tmp_path).read_text())
+    bridge = {e["name"]: e.get("value") for e in main_container(find(docs, "Deployment", "alnair-kube-bridge"))["env"]}
+    examples = [d for p in sorted((K8S / "examples").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+                if d and d["kind"] == "Pod"]
+    names = {config["scheduler_name"], bridge["ALNAIR_SCHEDULER_NAME"], *(p["spec"]["schedulerName"] for p in examples)}
+    assert names == {"alnair-scheduler"}, f"schedulerName disagrees: {names}"
