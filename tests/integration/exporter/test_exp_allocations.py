@@ -21,7 +21,7 @@ def _pod(namespace: str, name: str, devices: dict[str, list[str]]) -> pr.PodReso
     return pr.PodResources(name=name, namespace=namespace, containers=[container])
 
 
-async def test_allocations_are_exposed_and_name_the_card_of_a_region(nats_server, bus, tmp_path) -> None:
+async def test_allocations_are_exposed_and_name_the_card_of_a_region(nats_server, bus, tmp_path, promtool) -> None:
     kubelet = PodResourcesHarness(tmp_path / "pod-resources" / "kubelet.sock")
     kubelet.pods = [
         _pod("ml", "train-a", {"alnair/vgpu-memory": [f"{CARD}-m{k}" for k in range(8)],
@@ -54,6 +54,7 @@ async def test_allocations_are_exposed_and_name_the_card_of_a_region(nats_server
             assert await wait_for(launches, what="the region's card named") == {a: 42}
             text = await scrape(exporter)
             assert series(text, "alnair_pod_gpu_allocated_compute_ratio") == {a: 0.3}
+            assert promtool(text) == []
             # the kubelet goes away: the last allocations stand and the failure is counted
             await kubelet.stop()
 

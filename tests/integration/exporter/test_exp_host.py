@@ -23,7 +23,7 @@ def cgroup_v2_root() -> Path:
     return hybrid if (hybrid / "cgroup.procs").exists() else Path("/sys/fs/cgroup")
 
 
-async def test_host_usage_of_a_real_process(nats_server, bus, tmp_path) -> None:
+async def test_host_usage_of_a_real_process(nats_server, bus, tmp_path, promtool) -> None:
     cfg = settings(nats_server.url, tmp_path, cgroup_root=cgroup_v2_root())
     child = await asyncio.create_subprocess_exec(sys.executable, "-c", BUSY, stdin=asyncio.subprocess.PIPE,
                                                  stdout=asyncio.subprocess.PIPE)
@@ -52,6 +52,7 @@ async def test_host_usage_of_a_real_process(nats_server, bus, tmp_path) -> None:
             text = await scrape(exporter)
             assert labels in series(text, "alnair_pod_network_receive_bytes_total")
             assert labels in series(text, "alnair_pod_network_transmit_bytes_total")
+            assert promtool(text) == []
             await wait_for(lambda: _some(hosts), what="a HostSample with a CPU rate on the bus")
             assert max(h.cpu_cores for h in hosts) > 0
     finally:
