@@ -46,4 +46,5 @@ def test_no_gpu_source_means_regions_and_hosts_only() -> None:
     assert gpu_sampler(load_settings(ExporterSettings, gpu_source="none")) is None
     # `alnair up` on a machine without a GPU: the default degrades instead of refusing to start
     assert gpu_sampler(load_settings(ExporterSettings)) is None
-    assert load_settings(ExporterSettings, data_dir=Path("/x")).workspaces == Path("/x/workspaces")
+    # local mode: the local agent's workload directories (alnair_local_agent: <data dir>/workloads/<uid>)
+    assert load_settings(ExporterSettings, data_dir=Path("/x")).workspaces == Path("/x/workloads")

@@ -30,7 +30,9 @@ class ExporterSettings(ServiceSettings):
                                        description="how often per-pod cgroup and /proc usage is re-read")
     grace_seconds: float = Field(60.0, ge=0.0, le=86400.0,
                                  description="how long series of a finished workload stay")
-    workspaces_dir: Path | None = Field(None, description="workload workspaces; default <data_dir>/workspaces")
+    workspaces_dir: Path | None = Field(
+        None, description="workload workspaces, one directory per workload uid; default <data_dir>/workloads, "
+        "where the local agent keeps them (the DaemonSet sets the device plugin's host directory)")
     pod_resources_socket: Path | None = Field(
         None, description="the kubelet's PodResources socket (/var/lib/kubelet/pod-resources/kubelet.sock "
         "in the DaemonSet); unset: no allocation metrics")
@@ -45,4 +47,4 @@ class ExporterSettings(ServiceSettings):
 
     @property
     def workspaces(self) -> Path:
-        return self.workspaces_dir or self.data_dir / "workspaces"
+        return self.workspaces_dir or self.data_dir / "workloads"
