@@ -1,12 +1,12 @@
 """Publish each workload transition exactly once, across restarts and duplicate adapters.
 
-The last event published per workload uid is kept in the ``workload_states`` KV bucket.
-A transition is published only when it is later in the lifecycle than that record, with
-``sequence`` one above it and the message id ``<uid>:<phase>:<sequence>``; then the record
-is advanced by compare-and-set. If the adapter dies between the two steps, its successor
-computes the same id and JetStream's duplicate window drops the second copy; if two
-adapters race, the loser of the compare-and-set sees the winner's record and stops. So a
-consumer sees every transition once, in order, whatever happened to the adapter.
+A workload's phases are ordered, so a transition's ``sequence`` is its phase's rank
+(pending 1, bound 2, running 3, succeeded/failed 4, deleted 5): it grows along the lifecycle
+and is the same whoever publishes it. The message id ``<uid>:<phase>:<sequence>`` is thus
+deterministic, and JetStream drops the second copy whether it comes from a restarted
+adapter or from a second replica. The last event published per uid is kept in the
+``workload_states`` bucket (compare-and-set), so an adapter that restarts after the
+duplicate window still publishes only what is later in the lifecycle than that record.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, RevisionConflictError, TypedKV, get_logger, subjects
 
-from ._phases import is_after, phase_name
+from ._phases import is_after, phase_name, rank
 
 BUCKET = "workload_states"
 log = get_logger("alnair.lifecycle")
@@ -56,8 +56,7 @@ class LifecyclePublisher:
             last = current.value if current else None
             if last is not None and not is_after(workload.phase, last.workload.phase):
                 return False
-            event = wl.WorkloadEvent(source=self.source,
-                                     sequence=(last.sequence if last else 0) + 1)
+            event = wl.WorkloadEvent(source=self.source, sequence=rank(workload.phase))
             event.workload.CopyFrom(workload)
             event.workload.ClearField("environment")  # never leaves the submit message
             event.observed_at.FromDatetime(observed_at or datetime.now(UTC))
