@@ -18,13 +18,21 @@ from alnair_local_agent._workspace import still_running
 
 
 @pytest.fixture(scope="session")
-def interceptor_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """libalnair_cuda.so built from native/cuda_intercept for these tests."""
+def interceptor_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """native/cuda_intercept built for these tests: the library and the fake driver (the
+    only fake allowed: CI has no GPU)."""
     build = tmp_path_factory.mktemp("cuda-intercept")
     done = subprocess.run(["make", "-C", str(REPO / "native" / "cuda_intercept"),
-                           f"BUILD_DIR={build}"], capture_output=True, text=True, timeout=300)
+                           f"BUILD_DIR={build}", "lib", f"{build}/fake/libcuda.so.1",
+                           f"{build}/fake/libnvidia-ml.so.1"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return build / "libalnair_cuda.so"
+    return build
+
+
+@pytest.fixture(scope="session")
+def interceptor_lib(interceptor_build: Path) -> Path:
+    return interceptor_build / "libalnair_cuda.so"
 
 
 @pytest.fixture
