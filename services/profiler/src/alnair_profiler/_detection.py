@@ -33,7 +33,7 @@ EVIDENCE_NVML = "nvml-autocorrelation"
 
 BUSY_RATIO = 0.03            # utilisation below this counts as idle
 MIN_PLATEAU_SECONDS = 3.0    # a training plateau lasts at least this long
-MAX_PLATEAU_CV = 0.25        # median step / median level within the plateau
+MAX_PLATEAU_CV = 0.3         # median step / median level within the plateau
 MIN_PLATEAU_SHARE = 0.6      # of the busy span the plateau must cover
 MIN_LAUNCH_REPEATS = 8       # repeats of the launch sequence before it counts as a loop
 MAX_GAP_FACTOR = 4.0         # a gap this many times the sampling step ends a plateau

@@ -1,14 +1,16 @@
 """Score training detection and peak-memory prediction on labelled NVML recordings.
 
-    python -m alnair_profiler.evaluation tests/data/gpu/h200            # every recording
+    python -m alnair_profiler.evaluation tests/data/gpu/h200            # development recordings
     python -m alnair_profiler.evaluation tests/data/gpu/h200 --heldout  # heldout_* only
+    ... --publish-period 1.0   # as the exporter relays it: held values every 1.0 s
 
 Recordings are made by ``scripts/gpu/nvml_record.py`` on a real GPU: a header with the
 workloads and their ``is_training`` labels, samples every ~0.1 s with per-process
 ``sm_util_pct`` (None when NVML had no fresh sample) and ``used_memory_bytes``, and a truth
 trailer with each workload's iteration end times (true period: their median spacing).
-The profiler sees exactly what the exporter would publish: per-process utilisation as a
-0..1 ratio where NVML had a sample, and per-process memory.
+Two views of the same data: ``fresh`` keeps only the samples NVML really refreshed (about
+every 0.2 s); ``--publish-period P`` is what the exporter puts on the bus — the last
+value NVML gave, held, published every P seconds (the exporter's default is 1 s).
 """
 
 from __future__ import annotations
@@ -35,6 +37,24 @@ class RecordedWorkload:
     util_values: list[float]
     mem_times: list[float]
     mem_values: list[float]
+    # Every recorded row: time and the NVML value, None where NVML had no fresh sample.
+    raw_times: tuple[float, ...] = ()
+    raw_util: tuple[float | None, ...] = ()
+
+    def published(self, period: float | None) -> tuple[list[float], list[float]]:
+        """Utilisation as the profiler receives it (see the module docstring)."""
+        if period is None:
+            return self.util_times, self.util_values
+        times: list[float] = []
+        values: list[float] = []
+        held, next_t = 0.0, None
+        for t, v in zip(self.raw_times, self.raw_util, strict=True):
+            held = v if v is not None else held
+            if next_t is None or t >= next_t - 1e-9:
+                times.append(t)
+                values.append(held)
+                next_t = t + period
+        return times, values
 
 
 @dataclass(frozen=True)
@@ -66,11 +86,13 @@ def load_recording(path: Path) -> list[RecordedWorkload]:
     out = []
     for w in header["workloads"]:
         pid = w["pid"]
-        ut, uv, mt, mv = [], [], [], []
+        ut, uv, mt, mv, rt, ru = [], [], [], [], [], []
         for s in samples:
             for p in s["processes"]:
                 if p["pid"] != pid:
                     continue
+                rt.append(float(s["t"]))
+                ru.append(None if p.get("sm_util_pct") is None else p["sm_util_pct"] / 100.0)
                 if p.get("sm_util_pct") is not None:
                     ut.append(float(s["t"]))
                     uv.append(p["sm_util_pct"] / 100.0)
@@ -80,22 +102,24 @@ def load_recording(path: Path) -> list[RecordedWorkload]:
         ends = truth.get(pid, {}).get("iteration_end_s", [])
         gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
         out.append(RecordedWorkload(header["scenario"], w["workload"], bool(w["is_training"]),
-                                    statistics.median(gaps) if gaps else 0.0, ut, uv, mt, mv))
+                                    statistics.median(gaps) if gaps else 0.0, ut, uv, mt, mv,
+                                    tuple(rt), tuple(ru)))
     return out
 
 
-def score(rec: RecordedWorkload) -> Scored:
-    detection = detect((), rec.util_times, rec.util_values)
-    peak = predict_peak(rec.mem_times, rec.mem_values, rec.util_times, rec.util_values)
+def score(rec: RecordedWorkload, publish_period: float | None = None) -> Scored:
+    ut, uv = rec.published(publish_period)
+    detection = detect((), ut, uv)
+    peak = predict_peak(rec.mem_times, rec.mem_values, ut, uv)
     true_peak = int(max(rec.mem_values, default=0))
     return Scored(rec, detection, true_peak, peak.predicted_bytes if peak else 0,
                   peak.run_fraction if peak else 1.0)
 
 
-def evaluate(directory: Path, *, heldout: bool) -> list[Scored]:
+def evaluate(directory: Path, *, heldout: bool, publish_period: float | None = None) -> list[Scored]:
     paths = sorted(p for p in directory.glob("*.jsonl.gz")
                    if p.name.startswith("heldout_") == heldout)
-    return [score(r) for p in paths for r in load_recording(p)]
+    return [score(r, publish_period) for p in paths for r in load_recording(p)]
 
 
 def report(results: list[Scored]) -> str:
@@ -133,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path)
     parser.add_argument("--heldout", action="store_true", help="score only heldout_* recordings")
+    parser.add_argument("--publish-period", type=float, default=None,
+                        help="seconds; utilisation as the exporter publishes it (held), not only fresh samples")
     args = parser.parse_args(argv)
-    results = evaluate(args.directory, heldout=args.heldout)
+    results = evaluate(args.directory, heldout=args.heldout, publish_period=args.publish_period)
     if not results:
         print(f"no recordings (*.jsonl.gz) in {args.directory}", file=sys.stderr)
         return 2
