@@ -9,23 +9,38 @@ forgetting it would let a returning card be filled twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ._domain import Card, Share
 
 
-@dataclass
 class CardState:
-    card: Card
-    shares: dict[str, Share] = field(default_factory=dict)
+    """A card and its shares, with the committed totals kept current (placement reads them
+    for every card of every node on every attempt)."""
 
-    @property
-    def used_memory(self) -> int:
-        return sum(s.memory_gib for s in self.shares.values())
+    __slots__ = ("card", "shares", "used_memory", "used_compute")
 
-    @property
-    def used_compute(self) -> int:
-        return sum(s.compute_percent for s in self.shares.values())
+    def __init__(self, card: Card, shares: dict[str, Share] | None = None) -> None:
+        self.card = card
+        self.shares: dict[str, Share] = {}
+        self.used_memory = 0
+        self.used_compute = 0
+        self.replace(list((shares or {}).values()))
+
+    def put(self, share: Share) -> None:
+        self.drop(share.workload.uid)
+        self.shares[share.workload.uid] = share
+        self.used_memory += share.memory_gib
+        self.used_compute += share.compute_percent
+
+    def drop(self, uid: str) -> None:
+        old = self.shares.pop(uid, None)
+        if old is not None:
+            self.used_memory -= old.memory_gib
+            self.used_compute -= old.compute_percent
+
+    def replace(self, shares: list[Share]) -> None:
+        self.shares = {s.workload.uid: s for s in shares}
+        self.used_memory = sum(s.memory_gib for s in self.shares.values())
+        self.used_compute = sum(s.compute_percent for s in self.shares.values())
 
     @property
     def free_memory(self) -> int:
@@ -112,7 +127,7 @@ class Cluster:
             self._where[card.uuid] = card.node
         for uid in list(state.shares):
             self._placed.pop(uid, None)
-        state.shares = {s.workload.uid: s for s in shares}
+        state.replace(shares)
         for uid in state.shares:
             self._placed[uid] = card.uuid
 
@@ -120,7 +135,7 @@ class Cluster:
         state = self._find(uuid)
         if state is None:
             raise KeyError(f"card {uuid} is not in the model")
-        state.shares[share.workload.uid] = share
+        state.put(share)
         self._placed[share.workload.uid] = uuid
 
     def remove_share(self, uid: str) -> str | None:
@@ -130,7 +145,7 @@ class Cluster:
             return None
         state = self._find(uuid)
         if state is not None:
-            state.shares.pop(uid, None)
+            state.drop(uid)
             if not state.shares and not state.card.healthy and state.card.health_reason.startswith(
                     "missing"):
                 self.nodes.get(state.card.node, {}).pop(uuid, None)

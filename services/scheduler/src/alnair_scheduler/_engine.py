@@ -173,7 +173,7 @@ class Engine:
             _metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
 
     async def run_cycle(self) -> None:
-        await self._announce()
+        await self.announce()
         pending = sorted((w for w in self.workloads.values()
                           if w.phase is Phase.PENDING and not self.cluster.is_placed(w.ref.uid)),
                          key=lambda w: (w.created_at, w.ref.uid))
@@ -186,9 +186,9 @@ class Engine:
             elif key not in seen_groups:
                 seen_groups.add(key)
                 await self._place_gang(key)
-        await self._announce()
+        await self.announce()
 
-    async def _announce(self) -> None:
+    async def announce(self) -> None:
         for uid, (w, a, group) in list(self.unannounced.items()):
             await self.outbox.bind(w.ref, a, group)
             self.unannounced.pop(uid, None)
@@ -228,7 +228,13 @@ class Engine:
             return False
         return await self.commit(w, choice.card, profile, pod_group)
 
-    async def commit(self, w: Workload, card: Card, profile: Profile, pod_group: str) -> bool:
+    async def commit(self, w: Workload, card: Card, profile: Profile, pod_group: str, *,
+                     announce: bool = True) -> bool:
+        """Commit ``w``'s share on ``card`` (CAS) and, unless a gang defers it, announce it.
+
+        A gang commits every member before announcing any: a member announced and then
+        rolled back would already be on its way to a node.
+        """
         assert w.request is not None
         now = self.clock()
         share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, pod_group,
@@ -247,6 +253,9 @@ class Engine:
         a = Assignment(card.node, card.uuid, card.index, share.memory_gib,
                        share.compute_percent, profile, now)
         self.unannounced[w.ref.uid] = (w, a, pod_group)
+        if announce:  # at once: latency is per pod, not per cycle
+            await self.outbox.bind(w.ref, a, pod_group)
+            self.unannounced.pop(w.ref.uid, None)
         return True
 
     async def _place_gang(self, key: str) -> None:

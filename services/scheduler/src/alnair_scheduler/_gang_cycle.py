@@ -92,12 +92,13 @@ async def place_gang(engine: Engine, key: str) -> None:
         return
     committed: list[Workload] = []
     for w, state in plan:
-        if not await engine.commit(w, state.card, engine.profile_of(w), g.name):
+        if not await engine.commit(w, state.card, engine.profile_of(w), g.name, announce=False):
             for done in committed:
                 engine.unannounced.pop(done.ref.uid, None)
                 await engine.release(done.ref.uid, "")
             return
         committed.append(w)
+    await engine.announce()
     await _status(engine, g, "Scheduled", len(placed) + len(committed), "")
 
 

@@ -67,28 +67,50 @@ def _ratio(state: CardState, overlay: Overlay, add: Request | None = None) -> fl
 def choose_card(cluster: Cluster, request: Request, profile: Profile,
                 util: UtilisationTracker | None = None,
                 overlay: Overlay | None = None) -> CardState | NoFit:
-    """The best card for ``request`` under ``profile``, or why no card fits."""
+    """The best card for ``request`` under ``profile``, or why no card fits.
+
+    The search reads every card once (the committed totals are kept on each card); the
+    per-node reasons are only worked out when nothing fits.
+    """
     overlay = overlay or {}
     tracker = util if profile is Profile.UTILISATION_AWARE else None
+    need_m, need_c = request.memory_gib, request.compute_percent
     best: CardState | None = None
     best_key: tuple[float | str | int, ...] | None = None
-    rejections: list[tuple[int, Rejection]] = []
-    for node in sorted(cluster.nodes):
-        cards = cluster.nodes[node]
-        frees = [_free(s, overlay, tracker) for s in cards.values() if s.card.healthy]
-        fitting = [f for f in frees
-                   if f.memory >= request.memory_gib and f.compute >= request.compute_percent]
+    for cards in cluster.nodes.values():
+        fitting: list[_Free] = []
+        load_sum, healthy = 0.0, 0
+        for state in cards.values():
+            card = state.card
+            if not card.healthy:
+                continue
+            healthy += 1
+            extra = overlay.get(card.uuid) if overlay else None
+            em, ec = extra if extra else (0, 0)
+            load_sum += ((state.used_memory + em) / card.memory_gib
+                         + (state.used_compute + ec) / max(card.compute_percent, 1)) / 2
+            if (card.memory_gib - state.used_memory - em < need_m
+                    or card.compute_percent - state.used_compute - ec < need_c):
+                continue
+            f = _free(state, overlay, tracker) if tracker is not None else \
+                _Free(state, card.memory_gib - state.used_memory - em,
+                      card.compute_percent - state.used_compute - ec, None)
+            if f.memory >= need_m:
+                fitting.append(f)
         if not fitting:
-            rejections.append(_reject(node, cards, frees, request, tracker is not None))
             continue
-        healthy = [f.state for f in frees]
-        node_load = sum(_ratio(s, overlay) for s in healthy) / len(healthy)
+        node_load = load_sum / healthy
         for f in fitting:
             key = _key(profile, f, node_load, overlay, request)
             if best_key is None or key < best_key:
                 best, best_key = f.state, key
     if best is not None:
         return best
+    rejections = []
+    for node in sorted(cluster.nodes):
+        cards = cluster.nodes[node]
+        frees = [_free(s, overlay, tracker) for s in cards.values() if s.card.healthy]
+        rejections.append(_reject(node, cards, frees, request, tracker is not None))
     return _no_fit(request, rejections, cluster)
 
 

@@ -27,8 +27,13 @@ def card_key(gpu_uuid: str) -> str:
 
 
 class AllocationStore:
+    """The bucket, plus the last value and revision this process wrote per card: a commit
+    tries that revision first (one round trip instead of read + write) and falls back to a
+    fresh read when another writer moved the key on."""
+
     def __init__(self, kv: TypedKV[allocation_pb2.CardAllocation]) -> None:
         self.kv = kv
+        self._last: dict[str, tuple[allocation_pb2.CardAllocation, int]] = {}
 
     @classmethod
     async def open(cls, bus: Bus) -> AllocationStore:
@@ -71,12 +76,37 @@ class AllocationStore:
             value.shares.append(share_proto(share))
             return value
 
-        new = await self.kv.mutate(card_key(card.uuid), change)
-        return shares_from_allocation(new)[1]
+        key = card_key(card.uuid)
+        cached = self._last.pop(key, None)
+        if cached is not None:
+            base = allocation_pb2.CardAllocation()
+            base.CopyFrom(cached[0])
+            try:
+                new = change(base)
+                revision = await self.kv.update(key, new, cached[1])
+                self._last[key] = (new, revision)
+                return shares_from_allocation(new)[1]
+            except (RevisionConflictError, CardFullError):
+                pass  # someone else wrote the card: decide again on what the bucket holds
+        for _ in range(20):
+            current = await self.kv.get(key)
+            new = change(_copy(current.value) if current else None)
+            try:
+                if current is None:
+                    revision = await self.kv.create(key, new)
+                else:
+                    revision = await self.kv.update(key, new, current.revision)
+            except RevisionConflictError:
+                continue
+            self._last[key] = (new, revision)
+            return shares_from_allocation(new)[1]
+        raise TemporaryError(f"{BUCKET}/{key}: lost 20 compare-and-set races committing "
+                             f"{share.workload.uid}")
 
     async def release(self, gpu_uuid: str, uid: str, *, attempts: int = 20) -> list[Share] | None:
         """Remove ``uid``'s share; the card's shares after, or None when it held none."""
         key = card_key(gpu_uuid)
+        self._last.pop(key, None)
         for _ in range(attempts):
             entry = await self.kv.get(key)
             if entry is None:
@@ -89,8 +119,15 @@ class AllocationStore:
             del value.shares[:]
             value.shares.extend(kept)
             try:
-                await self.kv.update(key, value, entry.revision)
+                revision = await self.kv.update(key, value, entry.revision)
             except RevisionConflictError:
                 continue
+            self._last[key] = (value, revision)
             return shares_from_allocation(value)[1]
         raise TemporaryError(f"{BUCKET}/{key}: lost {attempts} compare-and-set races releasing {uid}")
+
+
+def _copy(value: allocation_pb2.CardAllocation) -> allocation_pb2.CardAllocation:
+    out = allocation_pb2.CardAllocation()
+    out.CopyFrom(value)
+    return out

@@ -1,0 +1,216 @@
+"""Benchmark: create→bound through the whole path, Alnair vs kube-scheduler, same plane.
+
+    .venv/bin/python services/scheduler/bench/bench_e2e.py --nodes 100 --gpus 8 --pods 1000
+
+Starts the test plane (etcd + kube-apiserver + kwok from ``scripts/testbin``), a nats-server,
+kube-bridge and the scheduler as separate processes (as deployed), creates ``--nodes`` kwok
+GPU nodes and publishes their inventories as the device plugin would. Then, in one run:
+
+1. ``--pods`` pods with ``schedulerName: alnair-scheduler`` and mixed fractional requests,
+   path apiserver → kube-bridge → bus → scheduler → bus → kube-bridge → Binding;
+2. the same pods with the default scheduler (``$ALNAIR_TESTBIN/kube-scheduler``) placing
+   them by the extended resources ``alnair/vgpu-memory`` / ``alnair/vgpu-compute``.
+
+Latency of a pod: from just before its create call to the moment a watch sees it bound.
+Prints one JSON document (and writes it to ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+
+from alnair.v1 import inventory_pb2
+from alnair_common.natsd import NatsServer, free_port
+from alnair_common.testing._server_process import ServerProcess
+from alnair_common.testing.kube import project_crd_files, start_kube_plane
+from alnair_common.testing.kwok import gpu_node_manifest, start_kwok
+from alnair_common.testing.testbin import locate
+
+REPO = Path(__file__).resolve().parents[3]
+GIB = 1024**3
+SIZES = [1, 2, 4, 8, 10, 16, 20, 24, 40]
+COMPUTE = [5, 10, 20, 25, 30, 50]
+
+
+def pod(name: str, scheduler: str, memory: int, compute: int) -> dict[str, Any]:
+    limits = {"alnair/vgpu-memory": str(memory), "alnair/vgpu-compute": str(compute)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": scheduler,
+                     # kwok nodes start tainted not-ready; both schedulers get the same pods.
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": limits, "requests": limits}}]}}
+
+
+class BoundWatch:
+    """Records when each pod of a namespace is first seen with a nodeName."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        self.core = k8s.CoreV1Api(api)
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rv = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(self.core.list_namespaced_pod, self.namespace,
+                                   resource_version=rv, timeout_seconds=5):
+                    obj = ev["object"]
+                    rv = obj.metadata.resource_version
+                    if obj.spec.node_name and obj.metadata.name not in self.bound:
+                        self.bound[obj.metadata.name] = time.time()
+            except Exception as e:  # noqa: BLE001 - a benchmark watch resumes
+                print(f"watch {self.namespace}: {e!r}", file=sys.stderr)
+                rv = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list[tuple[int, int]],
+              timeout: float) -> dict[str, Any]:
+    core = k8s.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    bound = BoundWatch(api, namespace)
+    time.sleep(0.5)
+    sent: dict[str, float] = {}
+
+    def create(i: int) -> None:
+        name = f"p{i:05d}"
+        sent[name] = time.time()
+        core.create_namespaced_pod(namespace, pod(name, scheduler, *requests[i]))
+
+    start = time.time()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, range(len(requests))))
+    created = time.time()
+    deadline = time.time() + timeout
+    while len(bound.bound) < len(requests) and time.time() < deadline:
+        time.sleep(0.2)
+    bound.stop()
+    lat = sorted(bound.bound[n] - sent[n] for n in bound.bound if n in sent)
+    end = max(bound.bound.values()) if bound.bound else time.time()
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    return {"scheduler": scheduler, "pods": len(requests), "bound": len(bound.bound),
+            "create_seconds": round(created - start, 2),
+            "create_to_last_bound_seconds": round(end - start, 2),
+            "throughput_pods_per_second": round(len(bound.bound) / max(end - start, 1e-9), 1),
+            "latency_p50_ms": round(q[49] * 1000, 1), "latency_p99_ms": round(q[98] * 1000, 1),
+            "latency_max_ms": round(lat[-1] * 1000, 1) if lat else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--memory-gib", type=int, default=80)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    requests = [(rng.choice(SIZES), rng.choice(COMPUTE)) for _ in range(args.pods)]
+    work = Path(tempfile.mkdtemp(prefix="alnair-bench-"))
+    testbin = locate()
+    procs: list[Any] = []
+    t0 = time.time()
+    plane = start_kube_plane(testbin, work / "plane")
+    try:
+        plane.apply_crd_files(project_crd_files(REPO))
+        kwok = start_kwok(plane, work / "kwok")
+        procs.append(kwok)
+        api = plane.api_client()
+        core = k8s.CoreV1Api(api)
+        names = [f"gpu-{i:04d}" for i in range(args.nodes)]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: core.create_node(
+                gpu_node_manifest(n, gpus=args.gpus, gpu_memory_gib=args.memory_gib)), names))
+        while sum(1 for n in core.list_node().items if any(
+                c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))) < args.nodes:
+            time.sleep(0.5)
+        setup = {"plane_and_nodes_seconds": round(time.time() - t0, 1)}
+
+        nats = NatsServer(store_dir=work / "js", port=free_port())
+        nats.start()
+        procs.append(nats)
+        env = {**os.environ, "ALNAIR_NATS_URL": nats.url, "ALNAIR_LOG_LEVEL": "warning",
+               "ALNAIR_LOG_FORMAT": "json", "ALNAIR_NODE_NAME": "bench"}
+        py = sys.executable
+        kubeconfig = plane.write_kubeconfig(work / "kubeconfig")
+        bridge = ServerProcess("kube-bridge", [py, "-m", "alnair_kube_bridge"], work / "bridge.log",
+                               env={**env, "ALNAIR_KUBECONFIG": str(kubeconfig),
+                                    "ALNAIR_WATCH_NAMESPACE": "bench-alnair",
+                                    "ALNAIR_DATA_DIR": str(work / "bridge")})
+        procs.append(bridge)
+        sched = ServerProcess("scheduler", [py, "-m", "alnair_scheduler"], work / "scheduler.log",
+                              env=env)
+        procs.append(sched)
+        import asyncio
+
+        from alnair_common import Bus, TypedKV, ensure_streams, subjects
+
+        async def inventories() -> None:
+            bus = await Bus.connect(nats.url, service="bench")
+            await ensure_streams(bus)
+            kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+            for n in names:
+                inv = inventory_pb2.NodeInventory(node=n, gpus=[inventory_pb2.Gpu(
+                    uuid=f"GPU-{n}-{i}", index=i, memory_bytes=args.memory_gib * GIB,
+                    health=inventory_pb2.GPU_HEALTH_HEALTHY, vgpu_memory_gib=args.memory_gib,
+                    vgpu_compute_percent=100) for i in range(args.gpus)])
+                await kv.put(n, inv)
+                await bus.publish(subjects.node_inventory(n), inv)
+            await bus.drain()
+
+        asyncio.run(inventories())
+        time.sleep(3)  # both services connected and replayed (their logs say so)
+        alnair = run_batch(api, "bench-alnair", "alnair-scheduler", requests, args.timeout)
+
+        ks = ServerProcess("kube-scheduler", [
+            testbin.path("kube-scheduler"), f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false", "--secure-port=0", "-v=0"], work / "kube-scheduler.log")
+        procs.append(ks)
+        time.sleep(3)
+        default = run_batch(api, "bench-default", "default-scheduler", requests, args.timeout)
+        result = {"nodes": args.nodes, "gpus_per_node": args.gpus, "pods": args.pods,
+                  "cpus": os.cpu_count(), **setup, "alnair": alnair, "kube_scheduler": default,
+                  "throughput_ratio_alnair_over_kube": round(
+                      alnair["throughput_pods_per_second"] /
+                      max(default["throughput_pods_per_second"], 1e-9), 2),
+                  "logs": str(work)}
+        text = json.dumps(result, indent=2)
+        print(text)
+        if args.out:
+            args.out.write_text(text + "\n")
+    finally:
+        for p in reversed(procs):
+            try:
+                p.stop()
+            except Exception as e:  # noqa: BLE001 - tear everything down regardless
+                print(f"stop {p}: {e!r}", file=sys.stderr)
+        plane.stop()
+
+
+if __name__ == "__main__":
+    main()
