@@ -42,7 +42,7 @@ class PluginEnv:
             state_dir=self.tmp / "workspaces" / ".device-plugin", workspace_root=self.tmp / "workspaces",
             interceptor_host_path=self.tmp / "lib" / "libalnair_cuda.so", kubelet_poll_seconds=0.1,
             pod_resources_socket=self.tmp / "pod-resources" / "kubelet.sock", reconcile_seconds=0.1,
-            stale_grace_seconds=0.5,
+            stale_grace_seconds=0.5, assignment_wait_seconds=0.3,
         )
 
     async def start(self) -> DevicePluginService:

@@ -168,3 +168,14 @@ async def test_refusals_and_grants_are_counted_and_metrics_pass_promtool(two_gpu
     exposition = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert 'alnair_device_plugin_registrations_total{resource="alnair/vgpu-memory"}' in exposition
     assert promtool(exposition) == []
+
+
+async def test_allocate_waits_briefly_for_a_bind_decision_still_in_flight(two_gpu_env: PluginEnv) -> None:
+    memory = await two_gpu_env.plugin(Resource.MEMORY)
+    call = asyncio.ensure_future(allocate(memory, ids(Resource.MEMORY, CARD1, range(5))))
+    # Not a wait for something: it puts the decision on the bus after the kubelet's call arrived.
+    await asyncio.sleep(0.1)
+    assert not call.done()
+    await two_gpu_env.bind("late", CARD1, 1, memory_gib=5, compute_percent=0, wait=False)
+    answer = await call
+    assert answer.container_responses[0].envs["ALNAIR_WORKLOAD_ID"] == "ml/pod-late"

@@ -8,6 +8,7 @@ INTERNAL with its text; the server keeps serving either way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -47,12 +48,14 @@ def grant_to_proto(grant: ContainerGrant) -> dp.ContainerAllocateResponse:
 class ResourcePlugin(dp_grpc.DevicePluginServicer):
     """Serves one extended resource (``alnair/vgpu-memory`` or ``alnair/vgpu-compute``)."""
 
-    def __init__(self, resource: Resource, state: DeviceState, allocator: Allocator,
-                 on_allocated: Callable[[list[ContainerGrant]], None] | None = None) -> None:
+    def __init__(self, resource: Resource, state: DeviceState, allocator: Allocator, *,
+                 assignment_wait_seconds: float = 2.0) -> None:
         self.resource = resource
         self.state = state
         self.allocator = allocator
-        self.on_allocated = on_allocated
+        # The kubelet may ask a moment before the bind decision reached us (the pod is bound
+        # by kube-bridge in parallel): a missing assignment is retried this long before refusing.
+        self.assignment_wait_seconds = assignment_wait_seconds
 
     async def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.aio.ServicerContext  # noqa: N802
                                      ) -> dp.DevicePluginOptions:
@@ -82,8 +85,6 @@ class ResourcePlugin(dp_grpc.DevicePluginServicer):
             grants = self.allocator.allocate(self.resource, [list(r.devices_ids) for r in request.container_requests])
             log.info("allocated", resource=self.resource.resource_name,
                      workloads=[g.workload_uid for g in grants], gpus=[g.envs["CUDA_VISIBLE_DEVICES"] for g in grants])
-            if self.on_allocated is not None:
-                self.on_allocated(grants)
             return dp.AllocateResponse(container_responses=[grant_to_proto(g) for g in grants])
 
         return await self._answer("Allocate", decide, context)
@@ -92,9 +93,19 @@ class ResourcePlugin(dp_grpc.DevicePluginServicer):
                                 context: grpc.aio.ServicerContext) -> dp.PreStartContainerResponse:
         return dp.PreStartContainerResponse()
 
+    async def _decide_waiting_for_assignment(self, decide: Callable[[], T]) -> T:
+        deadline = asyncio.get_running_loop().time() + self.assignment_wait_seconds
+        while True:
+            try:
+                return decide()
+            except NoAssignmentError:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
     async def _answer(self, method: str, decide: Callable[[], T], context: grpc.aio.ServicerContext) -> T:
         try:
-            answer = decide()
+            answer = await self._decide_waiting_for_assignment(decide)
             _metrics.REQUESTS.labels(self.resource.resource_name, method, "ok").inc()
             return answer
         except InvalidDevicesError as e:

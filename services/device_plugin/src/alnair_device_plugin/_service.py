@@ -79,7 +79,9 @@ class DevicePluginService(Service):
         allocator = Allocator(self.index, self.workspaces, ContainerPaths(
             interceptor_host=s.interceptor_host_path, interceptor_container=s.interceptor_container_path,
             workspace_container=s.workspace_container_path), gpus=lambda: self._current().gpus)
-        plugins = [ResourcePlugin(r, self.state, allocator) for r in Resource]
+        plugins = [ResourcePlugin(r, self.state, allocator, assignment_wait_seconds=s.assignment_wait_seconds)
+                   for r in Resource]
+        await self._catch_up([(c.stream, c.durable) for c in self._consumers], timeout=10.0)
         self.link = KubeletLink(s.device_plugin_dir, plugins, poll_seconds=s.kubelet_poll_seconds)
         self.health.checks["kubelet"] = self._check_kubelet
         self._link_task = self.spawn(self.link.run(self._stopping), "kubelet-link")
@@ -89,6 +91,22 @@ class DevicePluginService(Service):
                 PodResourcesClient(s.pod_resources_socket, timeout=5.0), self.index, self.workspaces,
                 grace_seconds=s.stale_grace_seconds, on_mismatch=self._identity_mismatch)
             self.spawn(self._reconcile(s.reconcile_seconds), "podresources-reconcile")
+
+    async def _catch_up(self, consumers: list[tuple[str, str]], *, timeout: float) -> None:
+        """Serve the kubelet only once the decisions made while we were down are indexed, so
+        the first Allocate after a restart does not miss them; give up waiting after ``timeout``."""
+        assert self.bus is not None
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            backlog = 0
+            for stream, durable in consumers:
+                info = await self.bus.js.consumer_info(stream, durable)
+                backlog += info.num_pending + info.num_ack_pending
+            if backlog == 0:
+                return
+            await asyncio.sleep(0.05)
+        self.log.warning("serving the kubelet before the bus backlog was indexed", backlog=backlog,
+                         waited_seconds=timeout)
 
     async def teardown(self) -> None:
         self._stopping.set()

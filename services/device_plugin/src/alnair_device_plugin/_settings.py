@@ -25,6 +25,8 @@ class DevicePluginSettings(ServiceSettings):
     interceptor_container_path: str = "/usr/local/alnair/lib/libalnair_cuda.so"
     workspace_container_path: str = "/var/run/alnair"
     kubelet_poll_seconds: float = Field(0.25, gt=0, le=2.0)
+    assignment_wait_seconds: float = Field(2.0, ge=0, le=30, description="How long Allocate waits for a "
+                                           "bind decision still in flight before refusing")
     pod_resources_socket: Path = Field(Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
                                        description="The kubelet's PodResources API, to check allocations")
     reconcile_seconds: float = Field(10.0, ge=0, le=3600, description="PodResources check period; 0 turns it off")
