@@ -14,8 +14,10 @@ from alnair_common import Bus, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 from alnair_common.testing.mongo import MongoDatabase
+from alnair_profiler.evaluation import load_recording
 
 COLLECTION = "workload_profiles"
+RECORDINGS = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h200"
 
 
 def _profile_settings(nats_server: NatsServer, mongo: MongoDatabase, tmp_path: Path, **extra):  # type: ignore[no-untyped-def]
@@ -212,3 +214,27 @@ async def test_interceptor_samples_give_memcpy_bandwidth_and_the_launch_period(
     assert record["series"]["gpu_memory_bytes"]["max"] == 5 * 2**30  # from the region: no NVML samples
     assert record["training"]["is_training"] and record["training"]["evidence"] == "launch-signature"
     assert record["training"]["period_seconds"] == pytest.approx(0.0123)
+
+
+@pytest.mark.parametrize("recording", ["heldout_transformer_big", "heldout_irregular_s9", "heldout_idle"])
+async def test_real_h200_recording_through_the_bus_is_classified_as_labelled(
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path, recording: str,
+) -> None:
+    """The recorded NVML series, relayed as the exporter does (last value held, every 1 s)."""
+    data = RECORDINGS / f"{recording}.jsonl.gz"
+    [rec] = load_recording(data)
+    times, util = rec.published(1.0)
+    memory = dict(zip(rec.mem_times, rec.mem_values, strict=True))
+    async with running(_profile_settings(nats_server, mongo, tmp_path)):
+        await bus.publish(subjects.workload_events(), event("uid-rec", recording, P.WORKLOAD_PHASE_RUNNING, 1))
+        await events_settled(bus)
+        await publish_batches(bus, [batch(t, {"uid-rec": {"util": u, "gpu_mem": memory.get(t, 0.0)}})
+                                    for t, u in zip(times, util, strict=True)])
+        await bus.publish(subjects.workload_events(),
+                          event("uid-rec", recording, P.WORKLOAD_PHASE_SUCCEEDED, 2, end=times[-1]))
+        record = await wait_for(lambda: _record(mongo, "uid-rec"), what="profile record")
+    assert record["training"]["is_training"] is rec.is_training, record["training"]
+    assert record["training"]["evidence"] == "nvml-autocorrelation"
+    assert record["training"]["period_seconds"] == 0.0  # below NVML's resolution: not invented
+    assert record["series"]["gpu_utilization_ratio"]["max"] == pytest.approx(max(util))
+    assert record["series"]["gpu_memory_bytes"]["max"] == max(memory.get(t, 0.0) for t in times)
