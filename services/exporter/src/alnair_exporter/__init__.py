@@ -7,7 +7,7 @@ sample, see :mod:`.collectors`) and the same samples on ``alnair.metrics.gpu.<no
 
 from ._cuda import CudaUsage, RegionReading, RegionScanner
 from ._host import HostCounters, HostReader, HostUsage
-from ._identity import CgroupPodResolver, PidResolver, StaticResolver
+from ._identity import CgroupPodResolver, ChainResolver, PidResolver, StaticResolver, WorkspacePidResolver
 from ._sampler import NodeSampler
 from ._service import ExporterService
 from ._settings import ExporterSettings
@@ -18,6 +18,7 @@ from ._workloads import InvalidWorkloadEvent, WorkloadDirectory, WorkloadInfo, W
 __all__ = [
     "AttributedProcess",
     "CgroupPodResolver",
+    "ChainResolver",
     "CudaUsage",
     "ExporterService",
     "ExporterSettings",
@@ -37,4 +38,5 @@ __all__ = [
     "WorkloadInfo",
     "WorkloadSeries",
     "WorkloadUpdate",
+    "WorkspacePidResolver",
 ]

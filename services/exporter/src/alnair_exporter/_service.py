@@ -34,7 +34,7 @@ from ._allocations import PodAllocations
 from ._cuda import RegionScanner
 from ._exposition import MetricsServer
 from ._host import HostReader
-from ._identity import CgroupPodResolver, PidResolver
+from ._identity import CgroupPodResolver, ChainResolver, PidResolver, WorkspacePidResolver
 from ._sampler import NodeSampler
 from ._settings import ExporterSettings
 from ._sources import gpu_sampler
@@ -76,7 +76,8 @@ class ExporterService(Service):
     async def setup(self) -> None:
         s = self.settings
         self._gpu = gpu_sampler(s) if self._gpu_seam is _UNSET else self._gpu_seam
-        resolver = CgroupPodResolver(s.proc_root) if self._resolver_seam is _UNSET else self._resolver_seam
+        resolver = (ChainResolver(CgroupPodResolver(s.proc_root), WorkspacePidResolver(s.workspaces, s.proc_root))
+                    if self._resolver_seam is _UNSET else self._resolver_seam)
         self.sampler = NodeSampler(
             s.node_name, gpu=self._gpu,
             scanner=RegionScanner(s.workspaces, self.directory, self.stats.region_skipped),
