@@ -1,8 +1,9 @@
 """Every Grafana query, run in a real Prometheus that scrapes the real exporter.
 
 The exporter replays the real H200 recording of two PyTorch processes sharing one GPU (the
-GPU is the only fake), with an interceptor region per workload carrying its limits, and
-knows the workloads from bus events, as on a node. The test then checks, for every query
+GPU is the only fake), with an interceptor region per workload carrying its limits, the
+pods' allocations from a kubelet PodResources server (alnair_kubelet's real gRPC test
+kubelet on a unix socket), and the workloads from bus events, as on a node. The test then checks, for every query
 of every dashboard (Grafana variables set to "All"):
 
 * each metric it names is in the exposition, served by the exporter or by the scheduler,
@@ -30,7 +31,10 @@ from alnair_common.cuda_region import DeviceRecord
 from alnair_common.cuda_region_writer import RegionWriter
 from alnair_exporter import ExporterService, ExporterSettings
 from alnair_gpu import ReplaySampler, load_recording
+from alnair_kubelet.api import podresources as pr
+from alnair_kubelet.testing import PodResourcesHarness
 
+H200_UUID = "GPU-f2b4712f-9931-af4b-7a24-58183960c4b7"  # the recorded card
 SHARE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h200" / "share_cnn_transformer.jsonl.gz"
 DASHBOARDS = K8S / "base" / "grafana" / "dashboards"
 EXPORTER_PREFIXES = ("alnair_gpu_", "alnair_pod_", "alnair_cuda_", "alnair_exporter_")
@@ -80,8 +84,20 @@ def cgroup_v2_root() -> Path:
     return hybrid if (hybrid / "cgroup.procs").exists() else Path("/sys/fs/cgroup")
 
 
+def allocated_pod(name: str, memory_gib: int, compute: int) -> pr.PodResources:
+    """A pod as the kubelet's PodResources lists it: one device id per GiB and per percent."""
+    devices = [pr.ContainerDevices(resource_name="alnair/vgpu-memory",
+                                   device_ids=[f"{H200_UUID}-m{k}" for k in range(memory_gib)]),
+               pr.ContainerDevices(resource_name="alnair/vgpu-compute",
+                                   device_ids=[f"{H200_UUID}-c{k}" for k in range(compute)])]
+    return pr.PodResources(name=name, namespace="ml", containers=[pr.ContainerResources(name="main", devices=devices)])
+
+
 async def test_dashboard_queries_name_exported_metrics_and_show_data(nats_server, bus, tmp_path, prometheus) -> None:
     await ensure_streams(bus)
+    kubelet = PodResourcesHarness(tmp_path / "pod-resources" / "kubelet.sock")  # a real gRPC server
+    kubelet.pods = [allocated_pod(pod, memory_gib, compute) for _, pod, _, memory_gib, compute in WORKLOADS]
+    await kubelet.start()
     workspaces = tmp_path / "workspaces"
     # A live process stands for a pod's host side (CPU, memory of its cgroup): the replayed
     # PIDs do not exist on this machine.
@@ -106,7 +122,7 @@ async def test_dashboard_queries_name_exported_metrics_and_show_data(nats_server
     settings = ExporterSettings(nats_url=nats_server.url, node_name="gpu-node-1", health_port=0, gpu_source="none",
                                 workspaces_dir=workspaces, data_dir=tmp_path / "data", sample_period_seconds=0.2,
                                 log_format="console", cgroup_root=cgroup_v2_root(), metrics_port=0,
-                                host_period_seconds=0.2)
+                                host_period_seconds=0.2, pod_resources_socket=kubelet.socket)
     exporter = ExporterService(settings, gpu=ReplaySampler(load_recording(SHARE), position=lambda: 15.0),
                                resolver=None)
     task = asyncio.create_task(exporter.run())
@@ -133,13 +149,18 @@ async def test_dashboard_queries_name_exported_metrics_and_show_data(nats_server
             if all(n.startswith(EXPORTER_PREFIXES) for n in named) and not result and not named <= excused:
                 problems.append(f"{where}: no data from a replaying exporter: {expr}")
         assert not problems, "dashboard queries that would show nothing:\n" + "\n".join(problems)
-        # The allocation the sharing dashboard draws is the regions' limits, summed per card.
-        allocated = await asyncio.to_thread(prom.query, "sum by (gpu_uuid) (alnair_cuda_memory_limit_bytes)")
-        assert sorted(float(r["value"][1]) for r in allocated) == [24 * GIB]
-        compute = await asyncio.to_thread(prom.query, "sum by (gpu_uuid) (alnair_cuda_compute_limit_ratio)")
-        assert [float(r["value"][1]) for r in compute] == [0.8]
+        # What the sharing dashboard draws for the card: the kubelet's allocation and the
+        # interceptor's limits agree (8 + 16 GiB, 30 + 50 %).
+        for metric, expected in (("alnair_pod_gpu_allocated_memory_bytes", 24 * GIB),
+                                 ("alnair_cuda_memory_limit_bytes", 24 * GIB),
+                                 ("alnair_pod_gpu_allocated_compute_ratio", 0.8),
+                                 ("alnair_cuda_compute_limit_ratio", 0.8)):
+            result = await asyncio.to_thread(prom.query, f"sum by (gpu_uuid) ({metric})")
+            assert [(r["metric"]["gpu_uuid"], round(float(r["value"][1]), 6)) for r in result] == \
+                [(H200_UUID, expected)], f"{metric}: {result}"
     finally:
         exporter.request_stop()
         await asyncio.wait_for(task, 20)
         child.kill()
         await child.wait()
+        await kubelet.stop()
