@@ -3,8 +3,8 @@
 The exporter replays the real H200 recording of two PyTorch processes sharing one GPU (the
 GPU is the only fake), with an interceptor region per workload carrying its limits, the
 pods' allocations from a kubelet PodResources server (alnair_kubelet's real gRPC test
-kubelet on a unix socket), and the workloads from bus events, as on a node. The test then checks, for every query
-of every dashboard (Grafana variables set to "All"):
+kubelet on a unix socket), and the workloads from bus events, as on a node. The test then
+checks, for every query of every dashboard (Grafana variables set to "All"):
 
 * each metric it names is in the exposition, served by the exporter or by the scheduler,
   profiler and bus client registries that the services serve on their own /metrics;
