@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from prof_support import P, batch, event, events_settled, publish_batches, running, settings
+from prometheus_client import generate_latest
 from pymongo import MongoClient
 
 from alnair.v1 import platform_pb2
@@ -27,7 +28,7 @@ async def _true(value: object) -> bool:
 
 
 async def test_bad_events_and_impossible_samples_are_rejected_and_the_rest_profiled(
-    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path, promtool,  # type: ignore[no-untyped-def]
 ) -> None:
     errors: list[platform_pb2.ErrorEvent] = []
 
@@ -71,6 +72,10 @@ async def test_bad_events_and_impossible_samples_are_rejected_and_the_rest_profi
     assert record["series"]["gpu_memory_bytes"]["max"] == pytest.approx(2e9)
     assert late["phase"] == "FAILED" and late["series"]["cpu_cores"]["samples"] == 0
     assert mongo.db[COLLECTION].find_one({"_id": "ghost"}) is None
+    exposition = "\n".join(line for line in generate_latest().decode().splitlines()
+                           if "alnair_profiler_" in line) + "\n"
+    assert 'alnair_profiler_rejected_values_total{metric="cpu_cores",reason="negative"}' in exposition
+    assert promtool(exposition) == []
     reasons = " | ".join(e.message for e in errors)
     assert "has no uid" in reasons and "has no phase" in reasons, reasons
     assert all(e.permanent and e.service == "profiler" for e in errors)
