@@ -52,10 +52,22 @@ def test_formatters_produce_subjects_of_their_table_entry() -> None:
         assert subjects.spec_for(subject).pattern == pattern
 
 
-@pytest.mark.parametrize("bad", ["a.b", "", "x y", "*", ">"])
-def test_tokens_with_dots_or_wildcards_are_refused(bad: str) -> None:
-    with pytest.raises(PermanentError, match="cannot be a subject token"):
-        subjects.node_inventory(bad)
+@pytest.mark.parametrize("name", ["ip-10-0-0-1.ec2.internal", "x y", "*", ">", "gpu:0", "nœud"])
+def test_names_with_dots_or_wildcards_become_safe_reversible_tokens(name: str) -> None:
+    subject = subjects.node_inventory(name)
+    tok = subject.split(".")[2]
+    assert len(subject.split(".")) == 4 and not set(tok) & set(".*> ")
+    assert subjects.spec_for(subject).pattern == "alnair.node.<node>.inventory"
+    assert subjects.name_of(tok) == name
+
+
+def test_plain_names_are_their_own_token() -> None:
+    assert subjects.token("gpu-node_7") == "gpu-node_7"
+
+
+def test_empty_name_is_refused() -> None:
+    with pytest.raises(PermanentError, match="empty name"):
+        subjects.node_inventory("")
 
 
 def test_unknown_subject_is_an_error() -> None:

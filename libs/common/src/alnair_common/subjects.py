@@ -143,13 +143,35 @@ BUCKETS: tuple[BucketSpec, ...] = (
 
 
 def token(value: str) -> str:
-    """Validate one subject token (a node, workload or service name)."""
-    if not _TOKEN.match(value):
-        raise PermanentError(
-            f"{value!r} cannot be a subject token: use letters, digits, '-' or '_' "
-            "(no dots, spaces or wildcards)"
-        )
-    return value
+    """One subject token for a name (node, workload, dataset, service).
+
+    Kubernetes names may hold dots (``ip-10-0-0-1.ec2.internal``), which NATS reads as token
+    separators. Letters, digits, ``-`` and ``_`` stay as they are; every other character is
+    written ``~XX`` (its UTF-8 bytes in hex), so the token is reversible with
+    :func:`name_of` and never contains ``.``, ``*``, ``>`` or spaces.
+    """
+    if not value:
+        raise PermanentError("an empty name cannot be a subject token")
+    if _TOKEN.match(value):
+        return value
+    return "".join(c if _TOKEN.match(c) else "".join(f"~{b:02X}" for b in c.encode())
+                   for c in value)
+
+
+def name_of(token_: str) -> str:
+    """The name a token was made from (inverse of :func:`token`)."""
+    if "~" not in token_:
+        return token_
+    raw = bytearray()
+    i = 0
+    while i < len(token_):
+        if token_[i] == "~":
+            raw.append(int(token_[i + 1:i + 3], 16))
+            i += 3
+        else:
+            raw += token_[i].encode()
+            i += 1
+    return raw.decode()
 
 
 @functools.lru_cache(maxsize=8192)
