@@ -66,6 +66,7 @@ class NodeSampler:
         self._last_live: dict[str, float] = {}
         self._hosts: dict[str, HostUsage] = {}
         self.allocations = PodAllocations()  # replaced whole by the PodResources poller
+        self._resolved: dict[int, str] = {}
 
     def sample(self) -> NodeView:
         now = self.clock()
@@ -76,6 +77,9 @@ class NodeSampler:
             for pid in r.pids():
                 owner_of[pid] = r.workload
         processes = tuple(AttributedProcess(p, self._owner(p.pid, owner_of)) for p in snap.processes)
+        live_pids = {p.pid for p in snap.processes}
+        for pid in [p for p in self._resolved if p not in live_pids]:
+            del self._resolved[pid]
 
         current: dict[str, WorkloadSeries] = {}
         pids: dict[str, set[int]] = defaultdict(set)
@@ -112,7 +116,13 @@ class NodeSampler:
     def _owner(self, pid: int, owner_of: dict[int, WorkloadInfo]) -> WorkloadInfo | None:
         if pid in owner_of:
             return owner_of[pid]
-        uid = self.resolver.workload_uid(pid) if self.resolver is not None else None
+        # A live PID keeps its owner (asked again once it is gone); "nobody's" is asked again
+        # every period, as the agent may record a workload's reaper just after its start.
+        uid = self._resolved.get(pid)
+        if uid is None and self.resolver is not None:
+            uid = self.resolver.workload_uid(pid)
+            if uid is not None:
+                self._resolved[pid] = uid
         if uid is None:
             return None
         return self.directory.get(uid) or WorkloadInfo.unnamed(uid)
