@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-REAPER = [sys.executable, "-m", "alnair_local_agent._reaper"]
+from alnair_local_agent._launcher import REAPER as REAPER_FILE
+
+REAPER = [sys.executable, "-I", "-S", str(REAPER_FILE)]
 
 
 @pytest.mark.parametrize(("command", "code"), [

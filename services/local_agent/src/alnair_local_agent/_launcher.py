@@ -19,6 +19,9 @@ from ._workspace import GIB, Workspace
 # Never taken from the submitting shell: the agent decides them.
 _RESERVED = ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD")
 PRELOAD_FOR_COMMAND = "ALNAIR_REAPER_LD_PRELOAD"
+# Run as a file, isolated and without site: it needs only the standard library, starts in
+# milliseconds, and the user's PYTHON* variables cannot break it.
+REAPER = Path(__file__).with_name("_reaper.py")
 
 
 def workload_env(base: dict[str, str], *, gpu_uuid: str, memory_gib: int, compute_percent: int,
@@ -55,7 +58,7 @@ async def launch(submission: wl.Workload, env: dict[str, str],
         raise NotADirectoryError(f"working directory {cwd} does not exist")
     with open(workspace.output, "ab", buffering=0) as out:  # noqa: ASYNC230 - once per launch
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "alnair_local_agent._reaper", str(workspace.exit_file), "--",
+            sys.executable, "-I", "-S", str(REAPER), str(workspace.exit_file), "--",
             *submission.command,
             env=reaper_env(env),
             cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,

@@ -1,4 +1,4 @@
-"""``python -m alnair_local_agent._reaper EXIT_FILE -- CMD...``: run CMD, record its exit code.
+"""``python -I -S _reaper.py EXIT_FILE -- CMD...``: run CMD, record its exit code.
 
 Each workload runs under this small parent, in its own session, so that the workload's exit
 code survives an agent that died or restarted meanwhile: the reaper writes it to EXIT_FILE
@@ -6,8 +6,6 @@ code survives an agent that died or restarted meanwhile: the reaper writes it to
 process group reaches the command with its default meaning; the reaper itself only waits.
 A command killed by signal N is recorded as 128+N, as a shell reports it.
 """
-
-from __future__ import annotations
 
 import os
 import signal
@@ -17,7 +15,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m alnair_local_agent._reaper EXIT_FILE -- CMD...", file=sys.stderr)
+        print("usage: python -I -S _reaper.py EXIT_FILE -- CMD...", file=sys.stderr)
         return 2
     exit_file, command = argv[0], argv[2:]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
