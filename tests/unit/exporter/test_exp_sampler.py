@@ -103,3 +103,22 @@ def test_the_directory_forgets_finished_workloads_never_seen_here() -> None:
     assert directory.sweep(now=10.0, keep_seconds=30.0) == 0
     assert directory.sweep(now=31.0, keep_seconds=30.0) == 100
     assert len(directory) == 1 and directory.get("uid-live") is not None
+
+
+def test_an_exited_region_left_on_disk_does_not_come_back_after_its_grace(tmp_path: Path) -> None:
+    clock, directory = Clock(), WorkloadDirectory()
+    directory.apply(_event("uid-done", "done"), clock.now)
+    (tmp_path / "uid-done").mkdir()
+    region = RegionWriter(tmp_path / "uid-done" / "cuda.region", workload_id="uid-done")
+    region.write_slot(0, pid=1, state="exited", devices={0: DeviceRecord(kernel_launches=3)})
+    sampler = NodeSampler("n1", gpu=None, scanner=RegionScanner(tmp_path, directory), directory=directory,
+                          grace_seconds=10.0, clock=clock)
+    assert [(s.workload.uid, s.live) for s in sampler.sample().series] == [("uid-done", False)]
+    for _ in range(5):  # 5 periods of 5 s: gone after the grace period, and stays gone
+        clock.now += 5.0
+        shown = sampler.sample().series
+    assert shown == ()
+    # the same workload running again (a restarted process attaches) is shown again
+    region.write_slot(0, pid=2, devices={0: DeviceRecord(kernel_launches=4)})
+    clock.now += 5.0
+    assert [(s.workload.uid, s.live) for s in sampler.sample().series] == [("uid-done", True)]

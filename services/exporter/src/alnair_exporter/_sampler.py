@@ -67,6 +67,7 @@ class NodeSampler:
         self._hosts: dict[str, HostUsage] = {}
         self.allocations = PodAllocations()  # replaced whole by the PodResources poller
         self._resolved: dict[int, str] = {}
+        self._expired: set[str] = set()  # ended workloads whose exited regions are still on disk
 
     def sample(self) -> NodeView:
         now = self.clock()
@@ -175,11 +176,16 @@ class NodeSampler:
         return usage
 
     def _retain(self, now: float, current: dict[str, WorkloadSeries]) -> tuple[WorkloadSeries, ...]:
+        for uid in [u for u in self._expired if u not in current]:
+            self._expired.discard(uid)  # its region is gone too: nothing left to hide
         for uid, series in current.items():
             finished = self.directory.finished_at(uid)
             live = series.live and finished is None
             if live:
+                self._expired.discard(uid)
                 self._last_live[uid] = now
+            elif uid in self._expired:
+                continue  # ended and shown for its grace period already: stays gone
             else:
                 self._last_live.setdefault(uid, now if finished is None else min(finished, now))
                 series = replace(series, live=False)
@@ -191,6 +197,7 @@ class NodeSampler:
             if uid not in current and self._kept[uid].live:
                 self._kept[uid] = replace(self._kept[uid], live=False)
             if now - self._last_live.get(uid, now) > self.grace:
+                self._expired.add(uid)
                 del self._kept[uid]
                 self._last_live.pop(uid, None)
                 self._hosts.pop(uid, None)
