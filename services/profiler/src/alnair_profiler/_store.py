@@ -18,6 +18,7 @@ workloads, deleted when their profile is written). Every failure to reach the st
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,6 +61,8 @@ class ProfileStore:
             return fn(*args, **kwargs)
         except PyMongoError as e:
             raise StoreUnavailableError(f"{what} on {self.description} failed: {e}", retry_after=1.0) from e
+        except sqlite3.Error as e:  # the embedded store's SQLite: locked, disk full, ...
+            raise StoreUnavailableError(f"{what} on {self.description} failed: {e!r}") from e
         except Exception as e:  # noqa: BLE001 - the embedded store raises its own tree
             if type(e).__module__.startswith("montydb"):
                 raise StoreUnavailableError(f"{what} on {self.description} failed: {e!r}") from e
