@@ -5,12 +5,13 @@ from __future__ import annotations
 import socket
 from typing import ClassVar
 
-from alnair.v1 import scheduling_pb2
+from alnair.v1 import commands_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, subjects
 from alnair_lifecycle import LifecyclePublisher
 
 from ._agent import Agent
+from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
 from ._settings import LocalAgentSettings
 
@@ -52,6 +53,15 @@ class LocalAgentService(Service):
             self.bus, stream="SCHEDULING", durable=f"local-agent-{node}-bind",
             subject=subjects.sched_bind(), message_type=scheduling_pb2.BindDecision,
             handler=self.agent.on_bind))
+        commands = LocalCommands(self.bus, lifecycle, s.workloads_dir)
+        for kind, subject, message_type, handler in (
+            ("annotate", subjects.cmd_annotate(), commands_pb2.AnnotateCommand, commands.annotate),
+            ("event", subjects.cmd_event(), commands_pb2.RecordEventCommand, commands.event),
+            ("status", subjects.cmd_status(), commands_pb2.StatusUpdateCommand, commands.status),
+        ):
+            await self.consume(DurableConsumer(
+                self.bus, stream="COMMANDS", durable=f"local-agent-{node}-{kind}",
+                subject=subject, message_type=message_type, handler=handler))
 
     async def teardown(self) -> None:
         if self.agent is not None:
