@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,7 @@ class ExporterService(Service):
         self._pod_resources: PodResourcesClient | None = None
         self._seen_sequence = 0
         self._sample_problem: str | None = None
+        self._sampling_lock = threading.Lock()
         self._seen = asyncio.Condition()
         self._allocation_problem: str | None = None
 
@@ -118,8 +120,22 @@ class ExporterService(Service):
             await self.metrics.stop()
         if self._pod_resources is not None:
             await self._pod_resources.close()
-        if self._gpu is not None:
-            self._gpu.close()
+        await asyncio.to_thread(self._close_gpu)
+
+    def _close_gpu(self) -> None:
+        """Close the GPU source once no sampling thread uses it (NVML must not shut down
+        under a query still running in the worker thread)."""
+        with self._sampling_lock:
+            if self._gpu is not None:
+                self._gpu.close()
+                self._gpu = None
+                if self.sampler is not None:
+                    self.sampler.gpu = None
+
+    def _sample_locked(self) -> NodeView:
+        assert self.sampler is not None
+        with self._sampling_lock:
+            return self.sampler.sample()
 
     async def _catch_up_on_workloads(self, timeout: float = 5.0) -> None:
         """Wait (bounded) until the event history is applied, so the first period already
@@ -162,7 +178,7 @@ class ExporterService(Service):
         """One period: measure (in a thread), swap the view, publish. Raises what sampling raised."""
         assert self.sampler is not None
         started = time.perf_counter()
-        view = await asyncio.to_thread(self.sampler.sample)
+        view = await asyncio.to_thread(self._sample_locked)
         self.view = view
         self.stats.samples += 1
         self.stats.simulated = view.simulated
