@@ -24,6 +24,7 @@ from alnair_lifecycle import LifecyclePublisher
 from ._binder import Binder
 from ._commands import Commands
 from ._kube_client import api_client
+from ._nodes import NodeEvents
 from ._podgroups import PodGroupEvents
 from ._settings import KubeBridgeSettings
 from ._watch import Changed, ResourceWatch, Synced
@@ -34,8 +35,9 @@ Item = Synced | Changed
 
 class KubeBridgeService(Service):
     name = "kube-bridge"
-    role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events; bind "
-            "decisions and annotate/event/status commands → Kubernetes API")
+    role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events, deleted nodes "
+            "→ inventories retracted; bind decisions and annotate/event/status commands → "
+            "Kubernetes API")
     settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
 
     def __init__(self, settings: KubeBridgeSettings) -> None:
@@ -64,7 +66,9 @@ class KubeBridgeService(Service):
         else:
             list_pods = core.list_pod_for_all_namespaces
             list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
+        nodes = await NodeEvents.open(self.bus)
         self._watch("pods", list_pods, pods.handle)
+        self._watch("nodes", core.list_node, nodes.handle)
         self._watch("podgroups", list_groups, groups.handle)
         self.health.checks["kubernetes"] = self._check_synced
 
