@@ -218,6 +218,7 @@ class CudaSample(_message.Message):
     LAUNCH_PERIOD_SECONDS_FIELD_NUMBER: _builtins.int
     LAUNCH_PERIOD_REPEATS_FIELD_NUMBER: _builtins.int
     PROCESSES_FIELD_NUMBER: _builtins.int
+    SM_UTILIZATION_RATIO_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_uuid: _builtins.str
     kernel_launches_total: _builtins.int
@@ -237,6 +238,10 @@ class CudaSample(_message.Message):
     """How many times the launch sequence was seen repeating."""
     processes: _builtins.int
     """Processes of the workload attached to the region."""
+    sm_utilization_ratio: _builtins.float
+    """SM utilisation of the workload as the interceptor last measured it (NVML, for its
+    compute-limit controller), 0..1; unset when it has not measured any.
+    """
     @_builtins.property
     def workload(self) -> _common_pb2.WorkloadRef: ...
     @_builtins.property
@@ -260,11 +265,14 @@ class CudaSample(_message.Message):
         launch_period_seconds: _builtins.float = ...,
         launch_period_repeats: _builtins.int = ...,
         processes: _builtins.int = ...,
+        sm_utilization_ratio: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sampled_at", b"sampled_at", "workload", b"workload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio", "sampled_at", b"sampled_at", "sm_utilization_ratio", b"sm_utilization_ratio", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_limit_percent", b"compute_limit_percent", "gpu_uuid", b"gpu_uuid", "kernel_launches_total", b"kernel_launches_total", "launch_period_repeats", b"launch_period_repeats", "launch_period_seconds", b"launch_period_seconds", "memcpy_dtod_bytes_total", b"memcpy_dtod_bytes_total", "memcpy_dtoh_bytes_total", b"memcpy_dtoh_bytes_total", "memcpy_htod_bytes_total", b"memcpy_htod_bytes_total", "memory_limit_bytes", b"memory_limit_bytes", "memory_used_bytes", b"memory_used_bytes", "node", b"node", "processes", b"processes", "sampled_at", b"sampled_at", "throttled_seconds_total", b"throttled_seconds_total", "tokens_available", b"tokens_available", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio", "compute_limit_percent", b"compute_limit_percent", "gpu_uuid", b"gpu_uuid", "kernel_launches_total", b"kernel_launches_total", "launch_period_repeats", b"launch_period_repeats", "launch_period_seconds", b"launch_period_seconds", "memcpy_dtod_bytes_total", b"memcpy_dtod_bytes_total", "memcpy_dtoh_bytes_total", b"memcpy_dtoh_bytes_total", "memcpy_htod_bytes_total", b"memcpy_htod_bytes_total", "memory_limit_bytes", b"memory_limit_bytes", "memory_used_bytes", b"memory_used_bytes", "node", b"node", "processes", b"processes", "sampled_at", b"sampled_at", "sm_utilization_ratio", b"sm_utilization_ratio", "throttled_seconds_total", b"throttled_seconds_total", "tokens_available", b"tokens_available", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__sm_utilization_ratio: _TypeAlias = _typing.Literal["sm_utilization_ratio"]  # noqa: Y015
+    _WhichOneofArgType__sm_utilization_ratio: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_utilization_ratio) -> _WhichOneofReturnType__sm_utilization_ratio | None: ...
 
 Global___CudaSample: _TypeAlias = CudaSample  # noqa: Y015

@@ -27,7 +27,8 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
                           memory_limit_bytes=8 * GiB, compute_percent=30)
     region.write_slot(0, pid=10, devices={0: DeviceRecord(
         memory_used_bytes=3 * GiB, kernel_launches=5000, graph_launches=7, memcpy_htod_bytes=1000,
-        memcpy_dtoh_bytes=2000, memcpy_dtod_bytes=3000, throttled_ns=1_500_000_000, tokens_available=-4)},
+        memcpy_dtoh_bytes=2000, memcpy_dtod_bytes=3000, throttled_ns=1_500_000_000, tokens_available=-4,
+        sm_util_percent=27)},
         iteration_period_launches=73, iteration_period_ns=250_000_000, iterations=12)
     region.write_slot(1, pid=11, state="exited", devices={0: DeviceRecord(kernel_launches=100)})
     cuda: list[tuple[str, metrics_pb2.CudaSample]] = []
@@ -49,6 +50,7 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
                 sample.memcpy_dtod_bytes_total) == (1000, 2000, 3000)
         assert sample.throttled_seconds_total == 1.5 and sample.processes == 1
         assert sample.launch_period_seconds == 0.25 and sample.launch_period_repeats == 12
+        assert sample.HasField("sm_utilization_ratio") and sample.sm_utilization_ratio == 0.27
 
         text = await scrape(exporter)
         labels = f'{{gpu_uuid="{ASSIGNED}",namespace="team",node="gpu-node-1",pod_name="train-a"}}'
@@ -58,6 +60,7 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
         assert series(text, "alnair_cuda_compute_limit_ratio") == {labels: 0.3}
         assert series(text, "alnair_cuda_available_tokens") == {labels: -4}
         assert series(text, "alnair_cuda_throttled_seconds_total") == {labels: 1.5}
+        assert series(text, "alnair_cuda_sm_utilization_ratio") == {labels: 0.27}
         assert len(series(text, "alnair_cuda_memcpy_bytes_total")) == 3
         assert promtool(text) == []
 

@@ -47,6 +47,7 @@ class CudaUsage:
     launch_period_seconds: float
     launch_period_repeats: int
     processes: int
+    sm_utilization_ratio: float | None = None  # the interceptor's last NVML measurement
 
     def to_proto(self, node: str, sampled_at: float) -> metrics_pb2.CudaSample:
         ts = Timestamp()
@@ -61,7 +62,7 @@ class CudaUsage:
             memcpy_dtod_bytes_total=self.memcpy_dtod_bytes_total,
             throttled_seconds_total=self.throttled_seconds_total,
             launch_period_seconds=self.launch_period_seconds, launch_period_repeats=self.launch_period_repeats,
-            processes=self.processes,
+            processes=self.processes, sm_utilization_ratio=self.sm_utilization_ratio,
         )
 
 
@@ -102,6 +103,8 @@ class RegionReading:
                 launch_period_seconds=period.iteration_period_ns / 1e9 if period else 0.0,
                 launch_period_repeats=period.iterations if period else 0,
                 processes=sum(1 for s in live if not s.devices[d].idle),
+                sm_utilization_ratio=max(measured) / 100.0 if (measured := [
+                    r.sm_util_percent for r in live_recs if r.sm_util_percent is not None]) else None,
             ))
         return out
 

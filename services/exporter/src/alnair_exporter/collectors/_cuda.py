@@ -31,6 +31,8 @@ class CudaCollector(ViewCollector):
         period = gauge("alnair_cuda_launch_period_seconds", "Period of the repeating launch sequence (one "
                        "training iteration); 0 when none was found.", POD_GPU_LABELS)
         procs = gauge("alnair_cuda_processes", "Live processes of the pod using this GPU.", POD_GPU_LABELS)
+        sm = gauge("alnair_cuda_sm_utilization_ratio", "The pod's SM utilisation as its interceptor last "
+                   "measured it (for the compute limit), 0..1.", POD_GPU_LABELS)
         for series in view.series:
             for c in series.cuda:
                 labels = [*pod_labels(series.workload, view.node), c.gpu_uuid]
@@ -46,4 +48,6 @@ class CudaCollector(ViewCollector):
                 throttled.add_metric(labels, c.throttled_seconds_total)
                 period.add_metric(labels, c.launch_period_seconds)
                 procs.add_metric(labels, float(c.processes))
-        return [launches, used, limit, compute, tokens, copies, throttled, period, procs]
+                if c.sm_utilization_ratio is not None:
+                    sm.add_metric(labels, c.sm_utilization_ratio)
+        return [launches, used, limit, compute, tokens, copies, throttled, period, procs, sm]
