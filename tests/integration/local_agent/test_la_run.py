@@ -14,7 +14,7 @@ from la_support import NODE, SIM_GPU0, alnair, events_of, run_cli
 
 from alnair.v1 import inventory_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, TypedKV
+from alnair_common import Bus, TypedKV, ensure_streams
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 
@@ -170,3 +170,12 @@ async def test_impossible_request_ends_the_run_with_the_schedulers_reason(
         return events if events[-1].workload.phase == P.WORKLOAD_PHASE_DELETED else None
 
     await wait_for(deleted, timeout=10, what="impossible workload withdrawn")
+
+
+async def test_run_without_a_local_agent_says_so(bus: Bus, nats_server: NatsServer,
+                                                 tmp_path: Path) -> None:
+    await ensure_streams(bus)  # the platform is up, but no agent runs
+    done = await run_cli(cli_args(nats_server, tmp_path / "data", "--name", "alone", "--",
+                                  "true"))
+    assert done.returncode == 1
+    assert "no local agent took the submission" in done.stderr

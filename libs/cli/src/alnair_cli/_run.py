@@ -29,6 +29,8 @@ from ._workloads import active_with_name, all_workloads, workspace
 P = wl.WorkloadPhase
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?$")
 _NOT_FORWARDED = ("ALNAIR_", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD")
+AGENT_TIMEOUT = 15.0
+"""Seconds to wait for the local agent to acknowledge a submission (its pending event)."""
 
 
 class RunError(Exception):
@@ -112,12 +114,18 @@ class Runner:
             loop.add_signal_handler(sig, lambda s=sig: self._forward(s, interrupted))
         deadline = None if wait_timeout is None else loop.time() + wait_timeout
         next_poll = loop.time() + 1.0
+        unanswered = loop.time() + AGENT_TIMEOUT
         try:
             while self.final is None:
                 if interrupted and self.phase in (P.WORKLOAD_PHASE_UNSPECIFIED,
                                                   P.WORKLOAD_PHASE_PENDING):
                     await self._withdraw()
                     return 128 + interrupted[0]
+                if self.phase == P.WORKLOAD_PHASE_UNSPECIFIED and loop.time() > unanswered:
+                    self.say(f"no local agent took the submission within {AGENT_TIMEOUT:g} s: "
+                             "is `alnair up` running on this machine?")
+                    await self._withdraw()
+                    return 1
                 if self.impossible and self.phase < P.WORKLOAD_PHASE_BOUND:
                     await self._withdraw()  # the scheduler says retrying cannot help
                     return 1
