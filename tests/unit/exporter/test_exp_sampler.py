@@ -122,3 +122,34 @@ def test_an_exited_region_left_on_disk_does_not_come_back_after_its_grace(tmp_pa
     region.write_slot(0, pid=2, devices={0: DeviceRecord(kernel_launches=4)})
     clock.now += 5.0
     assert [(s.workload.uid, s.live) for s in sampler.sample().series] == [("uid-done", True)]
+
+
+def test_dormant_regions_are_not_read_again_until_they_change(tmp_path: Path) -> None:
+    clock, directory = Clock(), WorkloadDirectory()
+    directory.apply(_event("uid-old", "old"), clock.now)
+    (tmp_path / "uid-old").mkdir()
+    RegionWriter(tmp_path / "uid-old" / "cuda.region", workload_id="uid-old").write_slot(
+        0, pid=1, state="exited", devices={0: DeviceRecord(kernel_launches=3)})
+    (tmp_path / "stranger").mkdir()
+    RegionWriter(tmp_path / "stranger" / "cuda.region", workload_id="uid-later")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "cuda.region").write_bytes(b"\0" * 10)
+    scanner = RegionScanner(tmp_path, directory)
+    sampler = NodeSampler("n1", gpu=None, scanner=scanner, directory=directory, grace_seconds=10.0, clock=clock)
+    for _ in range(6):  # past the old workload's grace period
+        clock.now += 5.0
+        sampler.sample()
+    reads = scanner.reads
+    for _ in range(10):
+        clock.now += 5.0
+        assert sampler.sample().series == ()
+    assert scanner.reads == reads  # nothing was decoded again: every region is dormant
+    # an event naming the stranger's workload wakes its region
+    directory.apply(_event("uid-later", "later"), clock.now)
+    clock.now += 5.0
+    assert [s.workload.uid for s in sampler.sample().series] == ["uid-later"]
+    # a process attaching to the old workload's region again wakes it too
+    RegionWriter(tmp_path / "uid-old" / "cuda.region", workload_id="uid-old").write_slot(
+        0, pid=2, devices={0: DeviceRecord(kernel_launches=1)})
+    clock.now += 5.0
+    assert {(s.workload.uid, s.live) for s in sampler.sample().series} >= {("uid-old", True)}

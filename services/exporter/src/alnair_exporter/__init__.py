@@ -5,9 +5,10 @@ sample, see :mod:`.collectors`) and the same samples on ``alnair.metrics.gpu.<no
 ``alnair.metrics.cuda.<node>.<workload>``.
 """
 
-from ._cuda import CudaUsage, RegionReading, RegionScanner
+from ._cuda import CudaUsage, RegionReading
 from ._host import HostCounters, HostReader, HostUsage
 from ._identity import CgroupPodResolver, ChainResolver, PidResolver, StaticResolver, WorkspacePidResolver
+from ._region_scanner import RegionScanner
 from ._sampler import NodeSampler
 from ._service import ExporterService
 from ._settings import ExporterSettings

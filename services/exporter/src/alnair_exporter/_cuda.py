@@ -1,14 +1,10 @@
-"""CUDA-level usage of workloads, read from the interceptor's regions in their workspaces.
+"""CUDA-level usage of workloads, from the interceptor's regions in their workspaces.
 
-Each workload's processes share one region file (``<workspaces>/<uid>/cuda.region``). The
-scanner reads every region once per period and turns it into one :class:`CudaUsage` per GPU
+Each workload's processes share one region file (``<workspaces>/<uid>/cuda.region``); a
+:class:`RegionReading` (from :mod:`._region_scanner`) becomes one :class:`CudaUsage` per GPU
 the workload used. Counters (launches, copy bytes, throttled time) include exited processes
 so that a process ending never makes a counter go backwards; memory in use and the process
 count cover live processes only.
-
-A region that is truncated, of an unknown layout version, foreign, or that names no known
-workload is skipped with one log line per file and reason (not one per period) and counted
-in ``alnair_exporter_regions_skipped_total{reason}``.
 """
 
 from __future__ import annotations
@@ -20,12 +16,9 @@ from pathlib import Path
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from alnair.v1 import metrics_pb2
-from alnair_common import get_logger
-from alnair_common.cuda_region import FILE_NAME, Region, RegionBusyError, RegionFormatError, read_region
+from alnair_common.cuda_region import Region
 
-from ._workloads import WorkloadDirectory, WorkloadInfo
-
-log = get_logger("alnair.exporter.cuda")
+from ._workloads import WorkloadInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,53 +101,3 @@ class RegionReading:
             ))
         return out
 
-
-class RegionScanner:
-    """Finds and decodes every region under the workspaces directory."""
-
-    def __init__(self, workspaces: Path, directory: WorkloadDirectory,
-                 on_skip: Callable[[str], None] = lambda reason: None) -> None:
-        self.workspaces = workspaces
-        self.directory = directory
-        self._on_skip = on_skip
-        self._logged: dict[Path, str] = {}
-
-    def scan(self) -> list[RegionReading]:
-        try:
-            paths = sorted(self.workspaces.glob(f"*/{FILE_NAME}"))
-        except OSError as e:
-            self._skip(self.workspaces, "unreadable", f"cannot list workspaces: {e}")
-            return []
-        readings = []
-        for path in paths:
-            reading = self._read(path)
-            if reading is not None:
-                readings.append(reading)
-                self._logged.pop(path, None)
-        for gone in [p for p in self._logged if p not in paths]:
-            del self._logged[gone]
-        return readings
-
-    def _read(self, path: Path) -> RegionReading | None:
-        try:
-            region = read_region(path)
-        except RegionFormatError as e:
-            reason = "unknown_version" if "version" in str(e) else "malformed"
-            return self._skip(path, reason, str(e))
-        except RegionBusyError as e:
-            return self._skip(path, "busy", str(e))
-        except OSError as e:
-            return self._skip(path, "unreadable", f"{path}: {e}")
-        workload = self.directory.resolve(path.parent.name, region.header.workload_id)
-        if workload is None:
-            return self._skip(path, "unknown_workload",
-                              f"{path}: region of workload {region.header.workload_id!r} in workspace "
-                              f"{path.parent.name!r}, and no workload event names either")
-        return RegionReading(workload, region, path)
-
-    def _skip(self, path: Path, reason: str, detail: str) -> None:
-        self._on_skip(reason)
-        if self._logged.get(path) != reason:
-            self._logged[path] = reason
-            log.warning("cuda region skipped", path=str(path), reason=reason, detail=detail)
-        return None

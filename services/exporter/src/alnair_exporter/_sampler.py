@@ -24,9 +24,10 @@ from dataclasses import replace
 from alnair_gpu import GpuSampler, GpuSnapshot
 
 from ._allocations import PodAllocations
-from ._cuda import CudaUsage, RegionReading, RegionScanner
+from ._cuda import CudaUsage, RegionReading
 from ._host import HostReader, HostUsage
 from ._identity import PidResolver
+from ._region_scanner import RegionScanner
 from ._view import AttributedProcess, NodeView, PodGpuUsage, WorkloadSeries
 from ._workloads import WorkloadDirectory, WorkloadInfo
 
@@ -112,7 +113,7 @@ class NodeSampler:
             if due:
                 self.host.keep_only(set().union(*pids.values()) if pids else set())
         return NodeView(self.node, snap.sampled_at, snap.simulated, snap.devices, processes,
-                        self._retain(now, current), tuple(fresh_cuda), self.allocations)
+                        self._retain(now, current, readings), tuple(fresh_cuda), self.allocations)
 
     def _owner(self, pid: int, owner_of: dict[int, WorkloadInfo]) -> WorkloadInfo | None:
         if pid in owner_of:
@@ -175,7 +176,14 @@ class NodeSampler:
         self._hosts[workload.uid] = usage
         return usage
 
-    def _retain(self, now: float, current: dict[str, WorkloadSeries]) -> tuple[WorkloadSeries, ...]:
+    def _sleep_regions(self, uid: str, readings: list[RegionReading]) -> None:
+        """An expired workload's regions are not read again until they change."""
+        for r in readings:
+            if r.workload.uid == uid:
+                self.scanner.set_dormant(r.path)
+
+    def _retain(self, now: float, current: dict[str, WorkloadSeries],
+                readings: list[RegionReading]) -> tuple[WorkloadSeries, ...]:
         for uid in [u for u in self._expired if u not in current]:
             self._expired.discard(uid)  # its region is gone too: nothing left to hide
         for uid, series in current.items():
@@ -185,6 +193,7 @@ class NodeSampler:
                 self._expired.discard(uid)
                 self._last_live[uid] = now
             elif uid in self._expired:
+                self._sleep_regions(uid, readings)
                 continue  # ended and shown for its grace period already: stays gone
             else:
                 self._last_live.setdefault(uid, now if finished is None else min(finished, now))

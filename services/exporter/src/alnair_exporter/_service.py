@@ -32,10 +32,10 @@ from alnair_gpu import GpuSampler
 from alnair_kubelet import KubeletError, PodResourcesClient
 
 from ._allocations import PodAllocations
-from ._cuda import RegionScanner
 from ._exposition import MetricsServer
 from ._host import HostReader
 from ._identity import CgroupPodResolver, ChainResolver, PidResolver, WorkspacePidResolver
+from ._region_scanner import RegionScanner
 from ._sampler import NodeSampler
 from ._settings import ExporterSettings
 from ._sources import gpu_sampler

@@ -79,6 +79,7 @@ class WorkloadDirectory:
         self._by_name: dict[str, str] = {}
         self._sequence: dict[str, int] = {}
         self._finished: dict[str, float] = {}
+        self.version = 0  # bumped on every change, so dormant regions of unknown workloads wake
 
     def apply(self, update: WorkloadUpdate, now: float) -> bool:
         """Record an update; False when it is older than one already applied (a replay)."""
@@ -88,6 +89,7 @@ class WorkloadDirectory:
                 return False
             self._sequence[uid] = update.sequence
             self._by_uid[uid] = update.info
+            self.version += 1
             self._by_name[f"{update.info.namespace}/{update.info.name}"] = uid
             if update.finished:
                 self._finished.setdefault(uid, now)
@@ -136,6 +138,7 @@ class WorkloadDirectory:
         """Drop a workload whose series expired, so the directory stays bounded too."""
         with self._lock:
             info = self._by_uid.pop(uid, None)
+            self.version += 1
             self._finished.pop(uid, None)
             self._sequence.pop(uid, None)
             if info is not None:
