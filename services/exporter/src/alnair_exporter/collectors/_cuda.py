@@ -12,7 +12,7 @@ from __future__ import annotations
 from prometheus_client.core import Metric
 
 from .._view import NodeView
-from ._base import POD_GPU_LABELS, ViewCollector, counter, gauge, pod_labels
+from ._base import POD_GPU_LABELS, ViewCollector, add, counter, gauge, label_set, pod_labels
 
 
 class CudaCollector(ViewCollector):
@@ -35,19 +35,20 @@ class CudaCollector(ViewCollector):
                    "measured it (for the compute limit), 0..1.", POD_GPU_LABELS)
         for series in view.series:
             for c in series.cuda:
-                labels = [*pod_labels(series.workload, view.node), c.gpu_uuid]
-                launches.add_metric(labels, float(c.kernel_launches_total))
-                used.add_metric(labels, float(c.memory_used_bytes))
+                values = [*pod_labels(series.workload, view.node), c.gpu_uuid]
+                labels = label_set(POD_GPU_LABELS, values)
+                add(launches, labels, float(c.kernel_launches_total))
+                add(used, labels, float(c.memory_used_bytes))
                 if c.memory_limit_bytes is not None:
-                    limit.add_metric(labels, float(c.memory_limit_bytes))
-                compute.add_metric(labels, c.compute_limit_percent / 100.0)
-                tokens.add_metric(labels, float(c.tokens_available))
-                copies.add_metric([*labels, "htod"], float(c.memcpy_htod_bytes_total))
-                copies.add_metric([*labels, "dtoh"], float(c.memcpy_dtoh_bytes_total))
-                copies.add_metric([*labels, "dtod"], float(c.memcpy_dtod_bytes_total))
-                throttled.add_metric(labels, c.throttled_seconds_total)
-                period.add_metric(labels, c.launch_period_seconds)
-                procs.add_metric(labels, float(c.processes))
+                    add(limit, labels, float(c.memory_limit_bytes))
+                add(compute, labels, c.compute_limit_percent / 100.0)
+                add(tokens, labels, float(c.tokens_available))
+                for direction, total in (("htod", c.memcpy_htod_bytes_total), ("dtoh", c.memcpy_dtoh_bytes_total),
+                                         ("dtod", c.memcpy_dtod_bytes_total)):
+                    add(copies, {**labels, "direction": direction}, float(total))
+                add(throttled, labels, c.throttled_seconds_total)
+                add(period, labels, c.launch_period_seconds)
+                add(procs, labels, float(c.processes))
                 if c.sm_utilization_ratio is not None:
-                    sm.add_metric(labels, c.sm_utilization_ratio)
+                    add(sm, labels, c.sm_utilization_ratio)
         return [launches, used, limit, compute, tokens, copies, throttled, period, procs, sm]

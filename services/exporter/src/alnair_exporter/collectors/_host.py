@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.core import Metric
 
 from .._view import NodeView
-from ._base import POD_LABELS, ViewCollector, counter, gauge, pod_labels
+from ._base import POD_LABELS, ViewCollector, add, counter, gauge, label_set, pod_labels
 
 _COUNTERS = (
     ("alnair_pod_cpu_seconds", "cpu_seconds_total", "CPU time of the pod's cgroups, seconds."),
@@ -21,17 +21,18 @@ _COUNTERS = (
 class HostCollector(ViewCollector):
     def families(self, view: NodeView) -> list[Metric]:
         families: list[Metric] = []
-        hosts = [(s.workload, s.host) for s in view.series if s.host is not None]
+        hosts = [(label_set(POD_LABELS, pod_labels(s.workload, view.node)), s.host.counters)
+                 for s in view.series if s.host is not None]
         for name, attr, doc in _COUNTERS:
             c = counter(name, doc, POD_LABELS)
-            for workload, host in hosts:
-                value = getattr(host.counters, attr)  # type: ignore[union-attr]
+            for labels, counters in hosts:
+                value = getattr(counters, attr)
                 if value is not None:
-                    c.add_metric(pod_labels(workload, view.node), float(value))
+                    add(c, labels, float(value))
             families.append(c)
         memory = gauge("alnair_pod_memory_bytes", "Memory charged to the pod's cgroups, bytes.", POD_LABELS)
-        for workload, host in hosts:
-            if host.counters.memory_bytes is not None:  # type: ignore[union-attr]
-                memory.add_metric(pod_labels(workload, view.node), float(host.counters.memory_bytes))  # type: ignore[union-attr]
+        for labels, counters in hosts:
+            if counters.memory_bytes is not None:
+                add(memory, labels, float(counters.memory_bytes))
         families.append(memory)
         return families

@@ -13,7 +13,7 @@ from __future__ import annotations
 from prometheus_client.core import Metric
 
 from .._view import NodeView
-from ._base import POD_GPU_LABELS, ViewCollector, gauge, pod_labels
+from ._base import POD_GPU_LABELS, ViewCollector, add, gauge, label_set, pod_labels
 
 
 class PodGpuCollector(ViewCollector):
@@ -27,11 +27,11 @@ class PodGpuCollector(ViewCollector):
         procs = gauge("alnair_pod_gpu_processes", "Processes of the pod on this GPU.", POD_GPU_LABELS)
         for series in view.series:
             for g in series.gpus:
-                labels = [*pod_labels(series.workload, view.node), g.gpu_uuid]
+                labels = label_set(POD_GPU_LABELS, [*pod_labels(series.workload, view.node), g.gpu_uuid])
                 if g.sm_utilization_ratio is not None:
-                    util.add_metric(labels, g.sm_utilization_ratio * 100.0)
+                    add(util, labels, g.sm_utilization_ratio * 100.0)
                 if g.memory_bandwidth_ratio is not None:
-                    mem_util.add_metric(labels, g.memory_bandwidth_ratio * 100.0)
-                used.add_metric(labels, float(g.memory_used_bytes))
-                procs.add_metric(labels, float(g.processes))
+                    add(mem_util, labels, g.memory_bandwidth_ratio * 100.0)
+                add(used, labels, float(g.memory_used_bytes))
+                add(procs, labels, float(g.processes))
         return [util, mem_util, used, procs]
