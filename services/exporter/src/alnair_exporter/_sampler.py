@@ -1,9 +1,9 @@
 """One sampling period: measure, attribute to workloads, keep finished ones for the grace period.
 
 Attribution order for a GPU process: the CUDA regions first (the interceptor lists each
-workload's PIDs, in both modes), then the :class:`PidResolver` (cgroup → pod). A process
-neither knows stays on the device series and on the bus with an empty workload, never on a
-pod's series.
+workload's PIDs, in both modes), then the :class:`PidResolver` (cgroup → pod; the local
+agent's reaper records). A process neither knows stays on the device series and on the bus
+with an empty workload, never on a pod's series.
 
 Host usage (cgroup and /proc files, the dearest part with many pods) is read every
 ``host_period_seconds``; between readings the last one stands.
@@ -11,7 +11,8 @@ Host usage (cgroup and /proc files, the dearest part with many pods) is read eve
 Bounded cardinality: a workload is *live* while it has a GPU process or a live process in its
 region and no event said it finished. Its series stay, frozen at their last values, for
 ``grace_seconds`` after it stopped being live, then disappear (and a finished workload is
-forgotten by the directory too).
+forgotten by the directory too); its region, if left on disk, is not read again until it
+changes.
 """
 
 from __future__ import annotations

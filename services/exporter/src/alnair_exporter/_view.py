@@ -1,8 +1,8 @@
 """What one sampling period measured on this node, attributed to workloads.
 
 A :class:`NodeView` is immutable and replaced whole each period, so the Prometheus
-collectors (scrape thread) and the bus publisher read a consistent picture without locks.
-It is also the only place that knows the bus shape of a period (:meth:`NodeView.batch`).
+collectors (scrape handler) and the bus publisher read a consistent picture without locks.
+:meth:`NodeView.batch` is the period's bus shape; each part converts itself (``to_proto``).
 """
 
 from __future__ import annotations
