@@ -98,7 +98,12 @@ class Agent:
             await self._answer(d, ok=False, reason=f"{d.workload.name} was withdrawn")
             return
         if last.workload.phase != P.WORKLOAD_PHASE_PENDING:
-            await self._answer(d, ok=True, reason="")  # a replay: already carried out
+            # A replay: answer with what became of it (a start the agent did not survive
+            # is not ok; a command that ran and exited was placed fine).
+            never_ran = (last.workload.phase == P.WORKLOAD_PHASE_FAILED
+                         and not last.workload.HasField("exit_code"))
+            await self._answer(d, ok=not never_ran,
+                               reason=last.workload.message if never_ran else "")
             return
         a = d.assignment
         problem = self._check_assignment(a)
