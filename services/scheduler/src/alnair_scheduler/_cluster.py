@@ -9,6 +9,8 @@ forgetting it would let a returning card be filled twice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ._domain import Card, Share
 
 
@@ -59,26 +61,64 @@ class CardState:
         return (mem + comp) / 2
 
 
+@dataclass(frozen=True)
+class NodeStats:
+    """A node's healthy cards summed up, so placement can rank and prune whole nodes."""
+
+    load: float  # mean committed ratio of its healthy cards
+    min_ratio: float  # least committed healthy card
+    max_free_memory: int
+    max_free_compute: int
+    healthy: int
+
+
 class Cluster:
-    """Nodes → cards → shares, with an index from workload uid to its card."""
+    """Nodes → cards → shares, with an index from workload uid to its card.
+
+    Per-node summaries are cached and dropped whenever one of the node's cards changes, so
+    a placement over a thousand nodes reads a thousand summaries, not eight thousand cards.
+    """
 
     def __init__(self) -> None:
         self.nodes: dict[str, dict[str, CardState]] = {}
         self.simulated: dict[str, bool] = {}
         self._placed: dict[str, str] = {}  # workload uid -> gpu uuid
         self._where: dict[str, str] = {}  # gpu uuid -> node
+        self._stats: dict[str, NodeStats] = {}
+        self._largest: tuple[int, int] | None = None
+
+    def node_stats(self, node: str) -> NodeStats:
+        cached = self._stats.get(node)
+        if cached is not None:
+            return cached
+        healthy = [s for s in self.nodes.get(node, {}).values() if s.card.healthy]
+        if not healthy:
+            stats = NodeStats(0.0, 0.0, 0, 0, 0)
+        else:
+            ratios = [s.used_ratio for s in healthy]
+            stats = NodeStats(sum(ratios) / len(ratios), min(ratios),
+                              max(s.free_memory for s in healthy),
+                              max(s.free_compute for s in healthy), len(healthy))
+        self._stats[node] = stats
+        return stats
+
+    def _touch(self, node: str) -> None:
+        self._stats.pop(node, None)
 
     # -- inventory ------------------------------------------------------------------------
 
     def set_inventory(self, node: str, cards: list[Card], simulated: bool = False) -> None:
         """Replace a node's cards; shares on cards that vanished are kept on an unhealthy stub."""
         old = self.nodes.get(node, {})
+        self._touch(node)
+        self._largest = None
         new: dict[str, CardState] = {}
         for card in cards:
             previous = old.get(card.uuid) or self._find(card.uuid)
             new[card.uuid] = CardState(card, dict(previous.shares) if previous else {})
             if previous is not None and previous.card.node != node:
                 self.nodes.get(previous.card.node, {}).pop(card.uuid, None)
+                self._touch(previous.card.node)
         for uuid, state in old.items():
             if uuid not in new and state.shares:
                 c = state.card
@@ -107,10 +147,11 @@ class Cluster:
 
     def largest_card(self) -> tuple[int, int]:
         """(memory GiB, compute %) of the biggest healthy card; (0, 0) with none."""
-        healthy = [s.card for s in self.cards() if s.card.healthy]
-        if not healthy:
-            return (0, 0)
-        return (max(c.memory_gib for c in healthy), max(c.compute_percent for c in healthy))
+        if self._largest is None:
+            healthy = [s.card for s in self.cards() if s.card.healthy]
+            self._largest = (max((c.memory_gib for c in healthy), default=0),
+                             max((c.compute_percent for c in healthy), default=0))
+        return self._largest
 
     # -- shares ---------------------------------------------------------------------------
 
@@ -125,6 +166,7 @@ class Cluster:
             state = CardState(stub)
             self.nodes.setdefault(card.node, {})[card.uuid] = state
             self._where[card.uuid] = card.node
+        self._touch(state.card.node)
         for uid in list(state.shares):
             self._placed.pop(uid, None)
         state.replace(shares)
@@ -137,6 +179,7 @@ class Cluster:
             raise KeyError(f"card {uuid} is not in the model")
         state.put(share)
         self._placed[share.workload.uid] = uuid
+        self._touch(state.card.node)
 
     def remove_share(self, uid: str) -> str | None:
         """Forget a workload's share; the card's uuid, or None when it had none."""
@@ -146,6 +189,7 @@ class Cluster:
         state = self._find(uuid)
         if state is not None:
             state.drop(uid)
+            self._touch(state.card.node)
             if not state.shares and not state.card.healthy and state.card.health_reason.startswith(
                     "missing"):
                 self.nodes.get(state.card.node, {}).pop(uuid, None)

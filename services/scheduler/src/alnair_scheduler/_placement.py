@@ -3,8 +3,8 @@
 One workload goes on exactly one card: a node passes when one of its healthy cards has the
 requested GiB and percent free. Among the passing cards the profile decides:
 
-* ``cost-saving`` packs: the most-used node, then the most-used card that still fits, so
-  whole nodes stay empty for big jobs (and can be scaled away);
+* ``cost-saving`` packs: the most-used node (ties by name), then the most-used card on it
+  that still fits, so whole nodes stay empty for big jobs (and can be scaled away);
 * ``high-performance`` spreads: the least-used card, and among equally used cards the
   least-used node — tenants interfere through the card they share, so the card comes first;
 * ``utilisation-aware`` prefers the card with the most *measured* headroom (peak SM
@@ -74,6 +74,9 @@ def choose_card(cluster: Cluster, request: Request, profile: Profile,
     """
     overlay = overlay or {}
     tracker = util if profile is Profile.UTILISATION_AWARE else None
+    if not overlay and tracker is None:
+        found = _ranked(cluster, request, profile)
+        return found if found is not None else _why_not(cluster, request, overlay, None)
     need_m, need_c = request.memory_gib, request.compute_percent
     best: CardState | None = None
     best_key: tuple[float | str | int, ...] | None = None
@@ -106,6 +109,11 @@ def choose_card(cluster: Cluster, request: Request, profile: Profile,
                 best, best_key = f.state, key
     if best is not None:
         return best
+    return _why_not(cluster, request, overlay, tracker)
+
+
+def _why_not(cluster: Cluster, request: Request, overlay: Overlay,
+             tracker: UtilisationTracker | None) -> NoFit:
     rejections = []
     for node in sorted(cluster.nodes):
         cards = cluster.nodes[node]
@@ -114,11 +122,42 @@ def choose_card(cluster: Cluster, request: Request, profile: Profile,
     return _no_fit(request, rejections, cluster)
 
 
+def _ranked(cluster: Cluster, request: Request, profile: Profile) -> CardState | None:
+    """Cost-saving and high-performance without reading every card: nodes are ranked by
+    their cached summaries and the search stops as soon as no later node can win."""
+    need_m, need_c = request.memory_gib, request.compute_percent
+    candidates = []
+    for node in cluster.nodes:
+        st = cluster.node_stats(node)
+        if st.healthy and st.max_free_memory >= need_m and st.max_free_compute >= need_c:
+            candidates.append((node, st))
+    best: CardState | None = None
+    best_key: tuple[float | str | int, ...] | None = None
+    if profile is Profile.COST_SAVING:
+        candidates.sort(key=lambda x: (-x[1].load, x[0]))
+    else:
+        candidates.sort(key=lambda x: (x[1].min_ratio, x[1].load, x[0]))
+    for node, st in candidates:
+        if best is not None and profile is Profile.COST_SAVING:
+            break  # the fullest node with a fitting card wins outright
+        if best_key is not None and (st.min_ratio, st.load, node) > best_key[:3]:
+            break  # every card here ranks after the best found
+        for state in cluster.nodes[node].values():
+            card = state.card
+            if not (card.healthy and state.free_memory >= need_m and state.free_compute >= need_c):
+                continue
+            f = _Free(state, state.free_memory, state.free_compute, None)
+            key = _key(profile, f, st.load, {}, request)
+            if best_key is None or key < best_key:
+                best, best_key = state, key
+    return best
+
+
 def _key(profile: Profile, f: _Free, node_load: float, overlay: Overlay,
          request: Request) -> tuple[float | str | int, ...]:
     card = f.state.card
     if profile is Profile.COST_SAVING:
-        return (-node_load, -_ratio(f.state, overlay, request), card.node, card.index)
+        return (-node_load, card.node, -_ratio(f.state, overlay, request), card.index)
     if profile is Profile.HIGH_PERFORMANCE:
         return (_ratio(f.state, overlay), node_load, card.node, card.index)
     committed = 1 - f.compute / max(card.compute_percent, 1)
