@@ -3,6 +3,7 @@ a kubelet leaves them: a pod's containers share the pod cgroup, which is what ge
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,22 @@ def test_pod_uid_from_the_cgroup_path_for_both_cgroup_drivers(host: tuple[Path, 
     assert resolver.workload_uid(400) == UID
     assert resolver.workload_uid(300) is None  # not in a pod
     assert resolver.workload_uid(999) is None  # gone
+
+
+def test_a_process_in_no_pod_is_accounted_by_its_own_proc_files(host: tuple[Path, Path]) -> None:
+    proc, cgroup = host
+    pid = proc / "300"  # in user.slice: shares its cgroup and network with the machine
+    ticks = os.sysconf("SC_CLK_TCK")
+    # utime stime cutime cstime = 3, 1, 2, 0 seconds in clock ticks; the name holds ") ("
+    (pid / "stat").write_text(f"300 (py) (x) S 1 300 300 0 -1 4194304 100 0 0 0 {3 * ticks} {ticks} "
+                              f"{2 * ticks} 0 20 0 1 0 12345 1000000 250 18446744073709551615\n")
+    (pid / "statm").write_text("5000 256 100 1 0 400 0\n")
+    (pid / "io").write_text("rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\n"
+                            "cancelled_write_bytes: 0\n")
+    c = HostReader(proc, cgroup).counters({300})
+    assert c.cpu_seconds_total == 6.0
+    assert c.memory_bytes == 256 * os.sysconf("SC_PAGE_SIZE")
+    assert (c.disk_read_bytes_total, c.disk_write_bytes_total) == (4096, 8192)
+    assert c.network_receive_bytes_total is None  # the machine's traffic is not the workload's
+    both = HostReader(proc, cgroup).counters({100, 300})  # a pod's PID and a loose one add up
+    assert both.cpu_seconds_total == 2.5 + 6.0 and both.network_receive_bytes_total == 4000

@@ -1,16 +1,21 @@
 """Host-side usage of workloads from cgroup v2 and ``/proc``: CPU, memory, disk I/O, network.
 
-The profiler needs these in both modes, and the same files exist in both: a pod's processes
-sit in ``.../kubepods.../pod<uid>/...`` cgroups, a local workload's in whatever cgroup the
-agent started it in. The exporter knows a workload's PIDs (its GPU processes, the processes
-attached to its CUDA region); each PID's ``/proc/<pid>/cgroup`` line ``0::<path>`` names its
-cgroup, widened to the pod's cgroup where the path has a ``pod<uid>`` level, so all of a
-pod's containers count. Network comes from ``/proc/<pid>/net/dev`` (per network namespace,
-loopback excluded), as cgroups do not account it.
+The profiler needs these in both modes. The exporter knows a workload's PIDs (its GPU
+processes, the processes attached to its CUDA region) and reads them two ways:
 
-Counters are exposed as totals; rates for the bus are computed between two periods. A file
-that is missing (cgroup v1 hosts, a controller not enabled, a process that just exited)
-leaves that quantity ``None`` rather than failing the sample.
+* A PID in a Kubernetes pod (its ``/proc/<pid>/cgroup`` line ``0::<path>`` has a
+  ``pod<uid>`` level) is accounted by the pod's cgroup — every container of the pod, every
+  child process: ``cpu.stat``, ``memory.current``, ``io.stat``; network from the pod's network
+  namespace (``/proc/<pid>/net/dev``, loopback excluded; cgroups do not account it).
+* Any other PID (a local workload shares its cgroup and network namespace with the rest of
+  the machine) is accounted per process: ``/proc/<pid>/stat`` CPU time (its own and its
+  waited-for children's), resident memory from ``statm``, ``/proc/<pid>/io`` bytes. Its
+  network traffic cannot be told from the machine's and is left out rather than misattributed.
+  Per-process totals drop when one of the processes ends (a counter reset for ``rate()``).
+
+Counters are exposed as totals; rates for the bus are computed between two readings. A file
+that is missing (a controller not enabled, a process that just exited, ``io`` of another
+user's process) leaves that quantity ``None`` rather than failing the sample.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from alnair.v1 import metrics_pb2
 
 from ._workloads import WorkloadInfo
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _POD_LEVEL = re.compile(r"pod[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12}")
 
 
@@ -83,6 +90,14 @@ def _keyed(text: str | None, key: str) -> int | None:
     return None
 
 
+def _keyed_colon(text: str | None, key: str) -> int | None:
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def _io_totals(text: str | None) -> tuple[int | None, int | None]:
     """Sum ``rbytes=``/``wbytes=`` over the devices of an ``io.stat``."""
     if text is None:
@@ -120,9 +135,9 @@ def _add(a: int | float | None, b: int | float | None) -> int | float | None:
 class HostReader:
     """Reads cgroup v2 and /proc for the PIDs of each workload.
 
-    A PID's cgroup and network namespace do not change while it lives, so both are looked
-    up once per PID and kept until :meth:`keep_only` drops PIDs that are gone (a reused PID
-    is a new entry because the old one was dropped when it disappeared).
+    A PID's pod cgroup and network namespace do not change while it lives, so both are
+    looked up once per PID and kept until :meth:`keep_only` drops PIDs that are gone (a
+    reused PID is a new entry because the old one was dropped when it disappeared).
     """
 
     def __init__(self, proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> None:
@@ -132,17 +147,14 @@ class HostReader:
         self._where: dict[int, tuple[str | None, str | None]] = {}
 
     def cgroup_of(self, pid: int) -> Path | None:
-        """The cgroup v2 directory accounting ``pid`` (its pod's, where it has one)."""
+        """The cgroup v2 directory of ``pid``'s pod; None for a process in no pod."""
         text = _read(f"{self._proc}/{pid}/cgroup")
         for line in (text or "").splitlines():
             if line.startswith("0::"):
-                rel = line[3:].strip().lstrip("/")
-                parts = rel.split("/") if rel else []
+                parts = [p for p in line[3:].strip().split("/") if p]
                 for i, part in enumerate(parts):
                     if _POD_LEVEL.search(part):
-                        parts = parts[: i + 1]
-                        break
-                return self.cgroup.joinpath(*parts)
+                        return self.cgroup.joinpath(*parts[: i + 1])
         return None
 
     def _locate(self, pid: int) -> tuple[str | None, str | None]:
@@ -164,13 +176,17 @@ class HostReader:
             del self._where[pid]
 
     def counters(self, pids: set[int]) -> HostCounters:
-        """Totals over the distinct cgroups and network namespaces of ``pids``."""
+        """Totals over the distinct pod cgroups and network namespaces of ``pids``, plus the
+        per-process totals of the PIDs in no pod."""
         cgroups: set[str] = set()
         netns: dict[str, int] = {}
+        loose: list[int] = []
         for pid in pids:
             cg, ns = self._locate(pid)
-            if cg is not None:
-                cgroups.add(cg)
+            if cg is None:
+                loose.append(pid)
+                continue
+            cgroups.add(cg)
             if ns is not None:
                 netns.setdefault(ns, pid)
         cpu = mem = rd = wr = rx = tx = None
@@ -184,9 +200,27 @@ class HostReader:
         for pid in netns.values():
             r, t = _net_totals(_read(f"{self._proc}/{pid}/net/dev"))
             rx, tx = _add(rx, r), _add(tx, t)
+        for pid in loose:
+            c, m, r, w = self._process(pid)
+            cpu, mem, rd, wr = _add(cpu, c), _add(mem, m), _add(rd, r), _add(wr, w)
         return HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
+
+    def _process(self, pid: int) -> tuple[float | None, int | None, int | None, int | None]:
+        """CPU seconds (own + waited-for children), resident bytes, read/written bytes of one process."""
+        cpu = mem = None
+        stat = _read(f"{self._proc}/{pid}/stat")
+        if stat is not None:
+            fields = stat.rsplit(")", 1)[-1].split()  # the command name may hold spaces
+            if len(fields) > 14:
+                cpu = sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
+        statm = _read(f"{self._proc}/{pid}/statm")
+        if statm is not None and len(statm.split()) > 1:
+            mem = int(statm.split()[1]) * _PAGE_BYTES
+        io = _read(f"{self._proc}/{pid}/io")
+        return cpu, mem, _keyed_colon(io, "read_bytes"), _keyed_colon(io, "write_bytes")
 
     def usage_known(self, counters: HostCounters) -> bool:
         """False when none of the files existed (every PID gone or invisible)."""
         return any(v is not None for v in (counters.cpu_seconds_total, counters.memory_bytes,
                                            counters.disk_read_bytes_total, counters.network_receive_bytes_total))
+
