@@ -3,8 +3,8 @@
 Goal (issue #8): <= 20 ms per scrape and <= 2 % of one core at a 1 s sampling period with
 8 GPUs x 64 processes. Every process is its own pod (the worst case for cardinality). The
 per-pod host usage reads real kernel files: each synthetic PID of the replay is a link to
-this process's own /proc entry, so every pod costs the cgroup, cpu.stat and net/dev reads a
-real pod costs. ``--regions`` pods also have an interceptor region (read with the seqlock
+this process's own /proc entry, so every pod costs the reads a real process costs (here a
+process in no pod: stat, statm, io). ``--regions`` pods also have an interceptor region (read with the seqlock
 protocol every period).
 
     .venv/bin/python services/exporter/bench/bench_exporter.py --gpus 8 --processes 64
