@@ -27,7 +27,7 @@ from pathlib import Path
 
 from alnair.v1 import workload_pb2
 from alnair_exporter import NodeSampler, RegionScanner, StaticResolver, WorkloadDirectory, WorkloadUpdate
-from alnair_gpu import NvmlSampler
+from alnair_gpu import NvmlSampler, SampleSourceError
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKLOADS = {"wl-cnn": "cnn_train --batch 128", "wl-tr": "transformer_train --batch 32"}
@@ -57,7 +57,11 @@ def main() -> int:
         event.workload.ref.uid, event.workload.ref.name, event.workload.ref.namespace = uid, uid, "gpu-test"
         event.workload.phase = workload_pb2.WORKLOAD_PHASE_RUNNING
         directory.apply(WorkloadUpdate.from_proto(event), time.time())
-    nvml = NvmlSampler()  # before starting anything: no GPU, no run
+    try:
+        nvml = NvmlSampler()  # before starting anything: no GPU, no run
+    except SampleSourceError as e:
+        print(f"gpu_attribution: {e}", file=sys.stderr)
+        return 2
     procs = {uid: start(uid, spec, a.seconds, tmp, a.interceptor) for uid, spec in WORKLOADS.items()}
     table = None if a.interceptor else StaticResolver({p.pid: uid for uid, p in procs.items()})
     sampler = NodeSampler("gpu-test-node", gpu=nvml, scanner=RegionScanner(tmp, directory),
