@@ -110,6 +110,8 @@ async def placement(args: argparse.Namespace, nats: NatsServer, work: Path) -> d
         start = time.time()
         for i in range(args.pods):
             uid = f"p{i:06d}"
+            if args.rate:  # paced arrivals: latency without a queue built by the burst
+                await asyncio.sleep(max(0.0, start + i / args.rate - time.time()))
             sent[uid] = time.time()
             await bus.publish(subjects.workload_events(), event(
                 uid, workload_pb2.WORKLOAD_PHASE_PENDING, rng.choice(SIZES), rng.choice(COMPUTE), 1))
@@ -122,7 +124,8 @@ async def placement(args: argparse.Namespace, nats: NatsServer, work: Path) -> d
         q = statistics.quantiles(lat, n=100)
         end = max(decided.values())
         return {"mode": "placement (bus only)", "nodes": args.nodes, "gpus_per_node": args.gpus,
-                "pods": args.pods, "decided": len(decided),
+                "pods": args.pods, "arrival_rate_per_second": args.rate or "burst",
+                "decided": len(decided),
                 "publish_seconds": round(published - start, 2),
                 "throughput_pods_per_second": round(len(decided) / (end - start), 1),
                 "latency_p50_ms": round(q[49] * 1000, 1), "latency_p99_ms": round(q[98] * 1000, 1)}
@@ -202,6 +205,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--pods", type=int, default=10000)
     ap.add_argument("--gangs", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=0.0, help="pods/s to publish (0: as fast as acked)")
     ap.add_argument("--hold", type=float, default=0.05)
     ap.add_argument("--stall", type=float, default=60)
     ap.add_argument("--timeout", type=float, default=600)

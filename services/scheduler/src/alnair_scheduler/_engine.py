@@ -45,6 +45,8 @@ class Engine:
         self.clock = clock
         self.cluster = Cluster()
         self.workloads: dict[str, Workload] = {}
+        # Pending and not yet committed: what a cycle looks at (never the whole model).
+        self.waiting: set[str] = set()
         self.gangs: dict[str, Gang] = {}
         self._last_seq: dict[str, int] = {}
         self._inventory_at: dict[str, float] = {}
@@ -90,6 +92,7 @@ class Engine:
         self._last_seq[uid] = w.sequence or self._last_seq.get(uid, 0)
         if w.phase is Phase.FINISHED:
             self.workloads.pop(uid, None)
+            self.waiting.discard(uid)
             self.unannounced.pop(uid, None)
             self._bind_failures.pop(uid, None)
             self.outbox.forget(uid)
@@ -102,8 +105,11 @@ class Engine:
             return  # a late pending echo after we saw it bound
         self.workloads[uid] = w
         if w.phase is Phase.PENDING:
+            if not self.cluster.is_placed(uid):
+                self.waiting.add(uid)
             self.kick.set()
         else:
+            self.waiting.discard(uid)
             self.unannounced.pop(uid, None)
 
     async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str) -> None:
@@ -111,6 +117,7 @@ class Engine:
         if ok or w is None or w.phase is not Phase.PENDING:
             if ok and w is not None:
                 w.phase = Phase.BOUND
+                self.waiting.discard(wid.uid)
             return
         placed = self.cluster.placement_of(wid.uid)
         if placed is None or placed[0].card.uuid != gpu_uuid:
@@ -125,6 +132,8 @@ class Engine:
             f"{MAX_BIND_FAILURES} attempts): {reason}", permanent=permanent))
         if permanent:
             self.workloads.pop(wid.uid, None)
+        else:
+            self.waiting.add(wid.uid)
         self.kick.set()
 
     async def release(self, uid: str, assigned_gpu: str) -> None:
@@ -174,8 +183,9 @@ class Engine:
 
     async def run_cycle(self) -> None:
         await self.announce()
-        pending = sorted((w for w in self.workloads.values()
-                          if w.phase is Phase.PENDING and not self.cluster.is_placed(w.ref.uid)),
+        for uid in [u for u in self.waiting if self.cluster.is_placed(u) or u not in self.workloads]:
+            self.waiting.discard(uid)
+        pending = sorted((self.workloads[u] for u in self.waiting),
                          key=lambda w: (w.created_at, w.ref.uid))
         _metrics.PENDING.set(len(pending))
         seen_groups: set[str] = set()
@@ -198,6 +208,7 @@ class Engine:
 
     async def _reject_invalid(self, w: Workload, e: InvalidRequestError) -> None:
         self.workloads.pop(w.ref.uid, None)
+        self.waiting.discard(w.ref.uid)
         await self.outbox.fail(Failure(w.ref, e.code, str(e), permanent=True))
 
     async def check(self, w: Workload) -> Profile | None:
