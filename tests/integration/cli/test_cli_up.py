@@ -101,6 +101,24 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
         finally:
             await bus.drain()
 
+        # A workload end to end: the real scheduler places it, the local agent runs it.
+        run = await asyncio.to_thread(
+            subprocess.run, [*ALNAIR, "run", "--data-dir", str(data_dir), "--gpu-memory", "8",
+                             "--gpu-compute", "30", "--name", "hello", "--", sys.executable,
+                             "-c", "import os; print('hello on', os.environ['CUDA_VISIBLE_DEVICES'])"],
+            capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert "hello on GPU-sim-" in run.stdout
+        listed = await asyncio.to_thread(
+            subprocess.run, [*ALNAIR, "ps", "--data-dir", str(data_dir), "--json"],
+            capture_output=True, text=True, timeout=30)
+        [row] = [r for r in json.loads(listed.stdout) if r["name"] == "hello"]
+        assert row["state"] == "succeeded" and row["gpu"].endswith("(sim)")
+        too_big = await asyncio.to_thread(
+            subprocess.run, [*ALNAIR, "run", "--data-dir", str(data_dir), "--gpu-memory", "100",
+                             "--", "true"], capture_output=True, text=True, timeout=60)
+        assert too_big.returncode == 1 and "cannot be placed" in too_big.stderr
+
         up.send_signal(signal.SIGINT)
         assert await asyncio.to_thread(up.wait, 60) == 0
         for pid in [*service_pids, nats_pid]:
