@@ -10,6 +10,7 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
 from la_support import NODE, SIM_GPU0, alnair, events_of, run_cli
 
 from alnair.v1 import inventory_pb2
@@ -81,11 +82,12 @@ async def test_exit_codes_propagate(bus: Bus, nats_server: NatsServer, agent, sc
     assert "cannot start '/nonexistent/program'" in missing.stdout + missing.stderr
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 async def test_ctrl_c_reaches_the_workload(bus: Bus, nats_server: NatsServer, agent, scheduler,
-                                           tmp_path: Path) -> None:
+                                           tmp_path: Path, sig: signal.Signals) -> None:
     script = ("import signal, sys, time\n"
-              "def stop(*_):\n    print('child got SIGINT', flush=True); sys.exit(42)\n"
-              "signal.signal(signal.SIGINT, stop)\nprint('ready', flush=True)\n"
+              f"def stop(*_):\n    print('child got {sig.name}', flush=True); sys.exit(42)\n"
+              f"signal.signal(signal.{sig.name}, stop)\nprint('ready', flush=True)\n"
               "time.sleep(60)\nsys.exit(9)\n")
     proc = await asyncio.create_subprocess_exec(
         *alnair(*cli_args(nats_server, tmp_path / "data", "--name", "sleeper", "--",
@@ -94,10 +96,10 @@ async def test_ctrl_c_reaches_the_workload(bus: Bus, nats_server: NatsServer, ag
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 30)
     assert line == b"ready\n"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 42, err.decode()
-    assert b"child got SIGINT" in rest
+    assert f"child got {sig.name}".encode() in rest
     [*_, final] = await events_of(bus, "sleeper")
     assert final.workload.exit_code == 42
 
