@@ -134,5 +134,10 @@ def _status_message(status: Obj) -> list[str]:
 
 
 def _set_time(field: Any, value: str | None) -> None:
-    if value:
-        field.FromDatetime(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    """RFC 3339 from the API; anything else is left unset rather than failing the event."""
+    if not value:
+        return
+    try:
+        field.FromDatetime(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    except (ValueError, TypeError, OverflowError):
+        return
