@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sched_harness import Adapter, Observer, assert_within_capacity, start_scheduler, stop_scheduler
+from sched_harness import Adapter, Observer, assert_within_capacity, committed, start_scheduler, stop_scheduler
 
 from alnair_common import Bus
 from alnair_common.natsd import NatsServer
@@ -74,3 +74,34 @@ async def test_two_schedulers_racing_for_the_same_cards_never_overcommit(
     finally:
         await stop_scheduler(*a)
         await stop_scheduler(*b)
+
+
+async def test_lost_allocations_are_rebuilt_from_bound_workloads(nats_server: NatsServer, bus: Bus) -> None:
+    """The bucket is purged while the scheduler is down: the replayed Bound events (which
+    carry each pod's assignment) put the shares back before anything new is placed."""
+    from alnair.v1 import allocation_pb2
+    from alnair_common import TypedKV
+
+    adapter, seen = Adapter(bus), await Observer.attach(bus)
+    await adapter.inventory("node-a", 1, 80)
+    service, task = await start_scheduler(nats_server.url)
+    running = await adapter.pending("running", 60, 50)
+    (decision,) = await seen.bound(running)
+    await adapter.bound(running, decision)
+    await stop_scheduler(service, task)
+
+    kv = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
+    for key in await kv.keys():
+        await kv.delete(key)
+    assert not await committed(bus)
+
+    newcomer = await adapter.pending("newcomer", 40, 40)
+    service, task = await start_scheduler(nats_server.url)
+    try:
+        failure, code = await seen.failed(newcomer, "insufficient-memory")
+        assert "gpu0 20 GiB/50 %" in failure.reason
+        cards = await assert_within_capacity(bus)
+        assert [s.workload.uid for s in cards[decision.assignment.gpu_uuid].shares] == [running.uid]
+        assert newcomer.uid not in seen.binds
+    finally:
+        await stop_scheduler(service, task)

@@ -111,6 +111,27 @@ class Engine:
         else:
             self.waiting.discard(uid)
             self.unannounced.pop(uid, None)
+            if assigned_gpu and not self.cluster.is_placed(uid):
+                await self._adopt(w, assigned_gpu)
+
+    async def _adopt(self, w: Workload, gpu_uuid: str) -> None:
+        """Count a bound workload that holds no share (the bucket was lost or purged, or it
+        was bound before this scheduler ran): its card is taken whether we placed it or not."""
+        state = self.cluster.card(gpu_uuid)
+        if state is None or w.request is None:
+            log.warning("bound workload on an unknown card not counted", workload=str(w.ref),
+                        gpu=gpu_uuid)
+            return
+        share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, w.pod_group or "",
+                      w.profile or self.default_profile.value, self.clock(), self.instance)
+        try:
+            shares = await self.store.commit(state.card, share)
+        except CardFullError as e:
+            log.warning("bound workload does not fit its card's committed shares",
+                        workload=str(w.ref), error=str(e))
+            return
+        self.cluster.set_shares(state.card, shares)
+        log.info("adopted the share of a bound workload", workload=str(w.ref), gpu=gpu_uuid)
 
     async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str) -> None:
         w = self.workloads.get(wid.uid)
