@@ -67,6 +67,16 @@ async def test_three_local_runs_get_distinct_correct_assignments(tmp_path: Path)
         # the third cannot fit there (90 GiB, 120 %) and takes the other card.
         assert len(per_card) == 2 and sorted(per_card.values()) == [[30, 40], [60, 80]], per_card
         assert len({e["ALNAIR_WORKLOAD_ID"] for e in envs}) == 3
+
+        # Bigger than any card: the scheduler's reason reaches the user and the run ends.
+        too_big = await asyncio.create_subprocess_exec(
+            *ALNAIR, "run", "--data-dir", str(data_dir), "--gpu-memory", "100", "--gpu-compute",
+            "10", "--name", "too-big", "--wait", "60", "--", sys.executable, "-c", "pass",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(too_big.communicate(), 90)
+        text = " ".join(out.decode().split())
+        assert too_big.returncode == 1, text
+        assert "100 GiB requested, but the largest card has 80 GiB" in text, text
     finally:
         up.send_signal(2)
         try:
