@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from sched_harness import Adapter, Observer, assert_within_capacity, committed, start_scheduler, stop_scheduler
 
 from alnair_common import Bus
@@ -103,7 +101,6 @@ async def test_gang_times_out_with_a_reason_and_members_wait_for_their_podgroup(
         assert status["message"].startswith("PodGroup default/short timed out after 1 s with 0 of")
         failure, code = await seen.failed(short[1], "gang-timeout")
         assert failure.permanent
-        await asyncio.sleep(0)  # the failed gang's members are never placed
         assert not any(m.uid in seen.binds for m in short)
     finally:
         await stop_scheduler(service, task)
@@ -123,5 +120,62 @@ async def test_members_beyond_min_member_are_placed_after_the_gang(nats_server: 
         status = await seen.status("elastic", "Scheduled")
         assert status["scheduled"] == 3
         await assert_within_capacity(bus)
+    finally:
+        await stop_scheduler(service, task)
+
+
+async def test_a_blocked_gang_is_not_starved_by_later_small_workloads(
+    nats_server: NatsServer, bus: Bus,
+) -> None:
+    adapter, seen = Adapter(bus), await Observer.attach(bus)
+    await adapter.inventory("n1", 2, 80)
+    service, task = await start_scheduler(nats_server.url, gang_reserve_after_seconds=0.5,
+                                          tick_seconds=0.2)
+    try:
+        first = await adapter.pending("small-0", 50, 50)
+        await seen.bound(first)
+        await adapter.podgroup("wide", min_member=2)
+        wide = [await adapter.pending(f"wide-{i}", 60, 50, group="wide") for i in range(2)]
+        await seen.failed(wide[0], "gang-unschedulable")
+        await seen.status("wide", "Pending")
+
+        async def holding() -> bool:
+            return all(g.blocked_since is not None and service.engine.clock() - g.blocked_since > 0.6
+                       for g in service.engine.gangs.values())
+
+        await wait_for(holding, what="the gang blocked past gang_reserve_after_seconds")
+        # card1 is free, and would take this 50 GiB pod — but the gang came first.
+        later = await adapter.pending("small-1", 50, 50)
+        failure, code = await seen.failed(later, "held-for-gang")
+        assert "older PodGroup default/wide" in failure.reason
+        assert later.uid not in seen.binds
+        await adapter.finish(first)
+        await seen.bound(*wide)
+        await seen.status("wide", "Scheduled")
+        assert later.uid not in seen.binds  # both cards now belong to the gang
+        await assert_within_capacity(bus)
+    finally:
+        await stop_scheduler(service, task)
+
+
+async def test_a_gang_too_big_for_the_empty_cluster_holds_nobody_back(
+    nats_server: NatsServer, bus: Bus,
+) -> None:
+    adapter, seen = Adapter(bus), await Observer.attach(bus)
+    await adapter.inventory("n1", 2, 80)
+    service, task = await start_scheduler(nats_server.url, gang_reserve_after_seconds=0.2,
+                                          tick_seconds=0.1)
+    try:
+        await adapter.podgroup("huge", min_member=3)
+        huge = [await adapter.pending(f"huge-{i}", 60, 50, group="huge") for i in range(3)]
+        await seen.failed(huge[0], "gang-unschedulable")
+
+        async def past_threshold() -> bool:
+            g = service.engine.gangs["default/huge"]
+            return g.blocked_since is not None and service.engine.clock() - g.blocked_since > 0.3
+
+        await wait_for(past_threshold, what="the gang blocked past gang_reserve_after_seconds")
+        small = await adapter.pending("small", 10, 10)
+        await seen.bound(small)
     finally:
         await stop_scheduler(service, task)

@@ -156,6 +156,8 @@ class Gang:
     deleted: bool = False
     failed_reason: str = ""
     last_status: tuple[str, int, str] | None = field(default=None, repr=False)
+    # When the group first failed to fit with all its members present (starvation guard).
+    blocked_since: float | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:

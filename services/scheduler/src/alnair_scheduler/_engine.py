@@ -35,7 +35,8 @@ class Engine:
     def __init__(self, store: AllocationStore, outbox: Outbox, *, instance: str,
                  default_profile: Profile, scheduler_name: str,
                  util: UtilisationTracker | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 gang_reserve_after_seconds: float = 30.0) -> None:
         self.store = store
         self.outbox = outbox
         self.instance = instance
@@ -43,6 +44,7 @@ class Engine:
         self.scheduler_name = scheduler_name
         self.util = util or UtilisationTracker()
         self.clock = clock
+        self.gang_reserve_after = gang_reserve_after_seconds
         self.cluster = Cluster()
         self.workloads: dict[str, Workload] = {}
         # Pending and not yet committed: what a cycle looks at (never the whole model).
@@ -210,13 +212,22 @@ class Engine:
                          key=lambda w: (w.created_at, w.ref.uid))
         _metrics.PENDING.set(len(pending))
         seen_groups: set[str] = set()
+        holder: str | None = None
         for w in pending:
             key = w.group_key
+            if holder is not None:
+                if key != holder:
+                    await self.outbox.fail(Failure(
+                        w.ref, "held-for-gang",
+                        f"held so that the older PodGroup {holder}, which cannot fit yet, is not "
+                        "starved by later workloads; capacity it needs is being drained"))
+                continue
             if key is None:
                 await self.place_one(w)
             elif key not in seen_groups:
                 seen_groups.add(key)
-                await self._place_gang(key)
+                if await self._place_gang(key):
+                    holder = key
         await self.announce()
 
     async def announce(self) -> None:
@@ -290,5 +301,6 @@ class Engine:
             self.unannounced.pop(w.ref.uid, None)
         return True
 
-    async def _place_gang(self, key: str) -> None:
-        await place_gang(self, key)
+    async def _place_gang(self, key: str) -> bool:
+        """Try the gang; True when it has been blocked long enough to hold later workloads."""
+        return await place_gang(self, key)

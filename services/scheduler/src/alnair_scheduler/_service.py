@@ -42,6 +42,10 @@ class SchedulerSettings(ServiceSettings):
     utilisation_window_seconds: float = Field(60.0, gt=0, le=3600)
     tick_seconds: float = Field(1.0, gt=0, le=60, description="Longest pause between cycles")
     replay_timeout_seconds: float = Field(120.0, gt=0)
+    gang_reserve_after_seconds: float = Field(
+        30.0, ge=0, le=86400,
+        description="A complete PodGroup that has not fitted for this long holds later workloads "
+                    "back so it is not starved (0: never)")
     reason_refresh_seconds: float = Field(
         5.0, ge=0, le=3600, description="Least time between two pending reasons with the same code")
 
@@ -60,7 +64,8 @@ class SchedulerService(Service):
         self.engine = Engine(
             store, Outbox(bus, s.instance_id, refresh_seconds=s.reason_refresh_seconds), instance=s.instance_id,
             default_profile=Profile(s.scheduling_profile), scheduler_name=s.scheduler_name,
-            util=UtilisationTracker(s.utilisation_window_seconds))
+            util=UtilisationTracker(s.utilisation_window_seconds),
+            gang_reserve_after_seconds=s.gang_reserve_after_seconds)
         restored = await self.engine.restore()
         self.health.checks["replay"] = self._check_replay
         await self._watch_inventory_bucket()
