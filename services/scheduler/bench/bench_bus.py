@@ -30,8 +30,8 @@ from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from alnair.v1 import commands_pb2, common_pb2, inventory_pb2, scheduling_pb2, workload_pb2
-from alnair_common import Bus, ensure_streams, subjects
+from alnair.v1 import allocation_pb2, commands_pb2, common_pb2, inventory_pb2, scheduling_pb2, workload_pb2
+from alnair_common import Bus, TypedKV, ensure_streams, subjects
 from alnair_common.natsd import NatsServer, free_port
 from alnair_common.testing._server_process import ServerProcess
 
@@ -189,10 +189,18 @@ async def gangs(args: argparse.Namespace, nats: NatsServer, work: Path) -> dict:
             w.cancel()
         end = time.time()
         partial = [g for g in sizes if 0 < bound_members[g] < sizes[g]]
+        # Every member that was bound has finished: nothing may stay committed.
+        await asyncio.sleep(1.0)  # let the last releases land (a benchmark, not a test)
+        kv = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
+        left = 0
+        for key in await kv.keys():
+            entry = await kv.get(key)
+            left += len(entry.value.shares) if entry else 0
         return {"mode": "gang stress (bus only)", "gpus": args.gpus, "gangs": args.gangs,
                 "members": len(members), "completed_gangs": len(completed),
                 "stuck_gangs": len(sizes) - len(completed), "partially_bound_gangs": len(partial),
-                "seconds": round(end - start, 1), "hold_seconds": args.hold}
+                "shares_left_committed": left, "seconds": round(end - start, 1),
+                "hold_seconds": args.hold}
     finally:
         sched.stop()
         await bus.drain()

@@ -53,6 +53,7 @@ class Engine:
         self._last_seq: dict[str, int] = {}
         self._inventory_at: dict[str, float] = {}
         self._bind_failures: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self.unannounced: dict[str, tuple[Workload, Assignment, str]] = {}
         self.active = False
         self.kick = asyncio.Event()
@@ -126,13 +127,14 @@ class Engine:
             return
         share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, w.pod_group or "",
                       w.profile or self.default_profile.value, self.clock(), self.instance)
-        try:
-            shares = await self.store.commit(state.card, share)
-        except CardFullError as e:
-            log.warning("bound workload does not fit its card's committed shares",
-                        workload=str(w.ref), error=str(e))
-            return
-        self.cluster.set_shares(state.card, shares)
+        async with self._card_lock(gpu_uuid):
+            try:
+                shares = await self.store.commit(state.card, share)
+            except CardFullError as e:
+                log.warning("bound workload does not fit its card's committed shares",
+                            workload=str(w.ref), error=str(e))
+                return
+            self.cluster.set_shares(state.card, shares)
         log.info("adopted the share of a bound workload", workload=str(w.ref), gpu=gpu_uuid)
 
     async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str) -> None:
@@ -165,11 +167,21 @@ class Engine:
         self.cluster.remove_share(uid)
         if not gpu:
             return
-        shares = await self.store.release(gpu, uid)
-        state = self.cluster.card(gpu)
-        if shares is not None and state is not None:
-            self.cluster.set_shares(state.card, shares)
+        async with self._card_lock(gpu):
+            shares = await self.store.release(gpu, uid)
+            state = self.cluster.card(gpu)
+            if shares is not None and state is not None:
+                self.cluster.set_shares(state.card, shares)
         self.kick.set()
+
+    def _card_lock(self, gpu_uuid: str) -> asyncio.Lock:
+        """One KV operation per card at a time in this process, its result applied to the
+        model before the next starts: otherwise a commit that read the card before a release
+        could put the released share back into the model after the release applied."""
+        lock = self._locks.get(gpu_uuid)
+        if lock is None:
+            lock = self._locks[gpu_uuid] = asyncio.Lock()
+        return lock
 
     # -- the cycle ------------------------------------------------------------------------
 
@@ -205,6 +217,7 @@ class Engine:
             _metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
 
     async def run_cycle(self) -> None:
+        self.outbox.new_cycle()
         await self.announce()
         for uid in [u for u in self.waiting if self.cluster.is_placed(u) or u not in self.workloads]:
             self.waiting.discard(uid)
@@ -282,17 +295,22 @@ class Engine:
         now = self.clock()
         share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, pod_group,
                       profile.value, now, self.instance)
-        try:
-            shares = await self.store.commit(card, share)
-        except CardFullError as e:
-            _metrics.COMMIT_CONFLICTS.inc()
-            log.info("commit lost to another writer; re-reading the card", error=str(e))
-            current = await self.store.read(card.uuid)
-            if current is not None:
-                self.cluster.set_shares(card, current[1])
-            self.kick.set()
+        async with self._card_lock(card.uuid):
+            try:
+                shares = await self.store.commit(card, share)
+            except CardFullError as e:
+                _metrics.COMMIT_CONFLICTS.inc()
+                log.info("commit lost to another writer; re-reading the card", error=str(e))
+                current = await self.store.read(card.uuid)
+                if current is not None:
+                    self.cluster.set_shares(card, current[1])
+                self.kick.set()
+                return False
+            self.cluster.set_shares(card, shares)
+        if w.ref.uid not in self.workloads:
+            # It finished or was deleted while the commit was in flight: give the card back.
+            await self.release(w.ref.uid, card.uuid)
             return False
-        self.cluster.set_shares(card, shares)
         a = Assignment(card.node, card.uuid, card.index, share.memory_gib,
                        share.compute_percent, profile, now)
         self.unannounced[w.ref.uid] = (w, a, pod_group)

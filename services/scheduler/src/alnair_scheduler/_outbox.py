@@ -4,7 +4,9 @@ Failures are published when their reason changes, not on every attempt, and a re
 code is unchanged (only the free GiB it quotes moved) is refreshed at most every
 ``refresh_seconds``: a workload that waits an hour for capacity produces a few dozen events,
 not one per cycle, and a thousand waiting gang members do not flood the bus each time a
-card frees up. Bind decisions
+card frees up. Each cycle may also publish at most ``per_cycle`` new reasons: the rest are
+published by the next cycles, so a cycle stays short when thousands wait at once (reasons
+already said cost nothing, so the budget reaches the back of the queue). Bind decisions
 carry a message id derived from workload and card, so a decision re-announced after a
 restart is stored once by JetStream's de-duplication.
 """
@@ -24,12 +26,17 @@ log = get_logger("alnair.scheduler")
 
 class Outbox:
     def __init__(self, bus: Bus, instance: str, clock: Callable[[], float] = time.time,
-                 refresh_seconds: float = 5.0) -> None:
+                 refresh_seconds: float = 5.0, per_cycle: int = 200) -> None:
         self.bus = bus
         self.instance = instance
         self.clock = clock
         self.refresh_seconds = refresh_seconds
         self._reported: dict[str, tuple[str, str, float]] = {}
+        self.per_cycle = per_cycle
+        self._budget = per_cycle
+
+    def new_cycle(self) -> None:
+        self._budget = self.per_cycle
 
     async def bind(self, w: WorkloadId, a: Assignment, pod_group: str) -> None:
         msg = _convert.bind_decision(w, a, pod_group, self.instance, self.clock())
@@ -47,6 +54,10 @@ class Outbox:
         if last is not None and last[0] == f.code and (
                 last[1] == f.reason or now - last[2] < self.refresh_seconds):
             return False
+        if not f.permanent:  # a permanent reason is said once and at once: nothing retries it
+            if self._budget <= 0:
+                return False  # said by a later cycle
+            self._budget -= 1
         await self.bus.publish(subjects.sched_failed(), _convert.scheduling_failure(f, now))
         await self.bus.publish(subjects.cmd_event(), _convert.failed_event(f, now))
         self._reported[f.workload.uid] = (f.code, f.reason, now)
