@@ -146,6 +146,7 @@ async def gangs(args: argparse.Namespace, nats: NatsServer, work: Path) -> dict:
     completed: dict[str, float] = {}
     last_progress = [time.time()]
     seq = [10]
+    finished = [0]
     try:
         await wait_ready(bus)
         queue: asyncio.Queue[str] = asyncio.Queue()
@@ -170,6 +171,7 @@ async def gangs(args: argparse.Namespace, nats: NatsServer, work: Path) -> dict:
                 seq[0] += 1
                 await bus.publish(subjects.workload_events(), event(
                     uid, workload_pb2.WORKLOAD_PHASE_SUCCEEDED, 80, 100, seq[0], g))
+                finished[0] += 1
 
         workers = [asyncio.create_task(adapter()) for _ in range(args.gpus)]
         start = time.time()
@@ -185,17 +187,22 @@ async def gangs(args: argparse.Namespace, nats: NatsServer, work: Path) -> dict:
         while len(completed) < len(sizes) and time.time() - last_progress[0] < args.stall:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(all_done.wait(), 0.5)
-        for w in workers:
-            w.cancel()
         end = time.time()
         partial = [g for g in sizes if 0 < bound_members[g] < sizes[g]]
-        # Every member that was bound has finished: nothing may stay committed.
-        await asyncio.sleep(1.0)  # let the last releases land (a benchmark, not a test)
+        # Once every bound member has finished, nothing may stay committed.
         kv = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
-        left = 0
-        for key in await kv.keys():
-            entry = await kv.get(key)
-            left += len(entry.value.shares) if entry else 0
+        deadline = time.time() + 15
+        left = -1
+        while time.time() < deadline:
+            left = 0
+            for key in await kv.keys():
+                entry = await kv.get(key)
+                left += len(entry.value.shares) if entry else 0
+            if left == 0 and finished[0] == sum(bound_members.values()):
+                break
+            await asyncio.sleep(0.2)
+        for w in workers:
+            w.cancel()
         return {"mode": "gang stress (bus only)", "gpus": args.gpus, "gangs": args.gangs,
                 "members": len(members), "completed_gangs": len(completed),
                 "stuck_gangs": len(sizes) - len(completed), "partially_bound_gangs": len(partial),
