@@ -133,3 +133,38 @@ async def test_failures_are_retried_or_terminated_never_lost(bus: Bus) -> None:
     assert attempts == Counter({1: 3, 2: 1, 3: 1})
     assert sorted(e.code for e in errors) == ["invalid-request", "malformed-message"]
     assert any("250 %" in e.message for e in errors)
+
+
+async def test_concurrent_consumer_runs_up_to_its_limit_and_settles_everything_once(
+    bus: Bus,
+) -> None:
+    await ensure_streams(bus)
+    in_flight = 0
+    most = 0
+    done: Counter[int] = Counter()
+    release = asyncio.Event()
+
+    async def handler(_: str, ev: workload_pb2.WorkloadEvent) -> None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        if most >= 4:
+            release.set()
+        await release.wait()  # hold every handler until four overlap
+        in_flight -= 1
+        done[ev.sequence] += 1
+
+    for i in range(20):
+        await bus.publish(subjects.workload_events(), _event(i))
+    consumer = DurableConsumer(
+        bus, stream="WORKLOADS", durable="parallel", subject=subjects.workload_events(),
+        message_type=workload_pb2.WorkloadEvent, handler=handler, batch=8, fetch_timeout=0.2,
+        concurrency=4,
+    )
+    await consumer.start()
+    await wait_for(lambda: asyncio.sleep(0, len(done) == 20), what="all 20 handled")
+    await consumer.stop()
+    info = await bus.js.consumer_info("WORKLOADS", "parallel")
+    assert most == 4
+    assert set(done.values()) == {1} and sorted(done) == list(range(20))
+    assert info.num_ack_pending == 0 and info.num_pending == 0

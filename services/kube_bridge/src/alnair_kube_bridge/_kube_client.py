@@ -13,11 +13,14 @@ from ._settings import KubeBridgeSettings
 
 def api_client(settings: KubeBridgeSettings) -> k8s.ApiClient:
     """An ApiClient, or ConfigError saying which credentials were missing and how to give them."""
+    cfg = k8s.Configuration()
+    # Binds run in parallel (ALNAIR_BIND_CONCURRENCY): keep a connection per bind in flight.
+    cfg.connection_pool_maxsize = max(4, settings.bind_concurrency * 2)
     try:
         if settings.kubeconfig is not None:
-            return k8s_config.new_client_from_config(config_file=str(settings.kubeconfig))
-        cfg = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)
+            k8s_config.load_kube_config(config_file=str(settings.kubeconfig), client_configuration=cfg)
+        else:
+            k8s_config.load_incluster_config(client_configuration=cfg)
         return k8s.ApiClient(cfg)
     except (ConfigException, OSError, TypeError, ValueError) as e:
         where = (f"ALNAIR_KUBECONFIG={settings.kubeconfig}" if settings.kubeconfig

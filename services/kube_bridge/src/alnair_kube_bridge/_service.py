@@ -77,7 +77,7 @@ class KubeBridgeService(Service):
         await self.consume(DurableConsumer(
             self.bus, stream="SCHEDULING", durable="kube-bridge-bind",
             subject=subjects.sched_bind(), message_type=scheduling_pb2.BindDecision,
-            handler=binder.handle))
+            handler=binder.handle, concurrency=s.bind_concurrency))
         for durable, subject, message_type, handler in (
             ("kube-bridge-annotate", subjects.cmd_annotate(), commands_pb2.AnnotateCommand,
              commands.annotate),

@@ -20,3 +20,7 @@ class KubeBridgeSettings(ServiceSettings):
         description="Server-side timeout of one watch request; the watch then resumes from its "
                     "resourceVersion (bounds how long a stop waits for a quiet watch)")
     api_timeout_seconds: float = Field(10.0, gt=0, le=300, description="Timeout of API calls")
+    bind_concurrency: int = Field(
+        8, ge=1, le=64,
+        description="Bind decisions carried out at once (each is a read, a patch and a Binding); "
+                    "1 binds strictly in decision order")

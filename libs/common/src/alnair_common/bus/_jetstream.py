@@ -80,6 +80,7 @@ class DurableConsumer:
         ack_wait: float = 30.0,
         batch: int = 64,
         fetch_timeout: float = 1.0,
+        concurrency: int = 1,
     ) -> None:
         self.bus = bus
         self.stream = stream
@@ -97,6 +98,11 @@ class DurableConsumer:
         )
         self.batch = batch
         self.fetch_timeout = fetch_timeout
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        # 1 keeps the stream's order; more settles up to that many messages of a batch at
+        # once, for handlers whose messages are independent and slow (API calls).
+        self.concurrency = concurrency
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         # Stream sequences handled but not acknowledged; bounded, oldest forgotten first.
@@ -138,10 +144,25 @@ class DurableConsumer:
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.1
-            for msg in msgs:
-                await self._settle(msg)
-                if self._stopping.is_set():
-                    break
+            if self.concurrency == 1:
+                for msg in msgs:
+                    await self._settle(msg)
+                    if self._stopping.is_set():
+                        break
+            else:
+                await self._settle_concurrently(msgs)
+
+    async def _settle_concurrently(self, msgs: list[Msg]) -> None:
+        """Settle a batch with up to ``concurrency`` handlers running; a stop lets the ones
+        in hand finish and leaves the rest unacknowledged for redelivery."""
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(msg: Msg) -> None:
+            async with slots:
+                if not self._stopping.is_set():
+                    await self._settle(msg)
+
+        await asyncio.gather(*(one(m) for m in msgs))
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
