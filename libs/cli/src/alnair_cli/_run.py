@@ -104,14 +104,16 @@ class Runner:
                                  self._on_failure)
         await self.bus.subscribe(subjects.sched_bound(), scheduling_pb2.BindResult,
                                  self._on_bound)
-        await self.bus.publish(subjects.workload_submit(), self.request.to_proto(),
-                               msg_id=f"submit:{self.request.uid}")
-        self.say(f"submitted {self.request.name} ({self.request.uid[:8]}): "
-                 f"{self.request.memory_gib} GiB, {self.request.compute_percent} % of a GPU")
+        # Handlers go in before the submission: a Ctrl-C that lands as soon as the workload
+        # is pending must withdraw it, not kill this process and leave the workload behind.
         loop = asyncio.get_running_loop()
         interrupted: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda s=sig: self._forward(s, interrupted))
+        await self.bus.publish(subjects.workload_submit(), self.request.to_proto(),
+                               msg_id=f"submit:{self.request.uid}")
+        self.say(f"submitted {self.request.name} ({self.request.uid[:8]}): "
+                 f"{self.request.memory_gib} GiB, {self.request.compute_percent} % of a GPU")
         deadline = None if wait_timeout is None else loop.time() + wait_timeout
         next_poll = loop.time() + 1.0
         unanswered = loop.time() + AGENT_TIMEOUT
