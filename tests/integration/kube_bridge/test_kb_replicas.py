@@ -95,7 +95,10 @@ async def test_bridge_killed_mid_stream_is_replaced_without_loss_or_duplicates(
             kube.core.create_namespaced_pod(kube.namespace, alnair_pod(name))
 
         async def some_published():
-            return len(await workload_events(bus)) >= 4
+            # p00 must be on the bus before the kill: it is deleted while no bridge watches,
+            # and only a pod the bus knew can be reported deleted by the replacement.
+            events = await workload_events(bus)
+            return len(events) >= 4 and names[0] in phases_by_name(events)
 
         await wait_for(some_published, timeout=20, what="first events")
         first.kill()  # mid-stream: some of the 12 are published, some are not
