@@ -50,6 +50,17 @@ class Health:
         )
 
 
+async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port); return its runner and the port
+    actually bound, which callers report so a probe or scrape can find it."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
+    return runner, sockets[0].getsockname()[1] if sockets else port
+
+
 class HealthServer:
     """aiohttp server for the probes and /metrics; port 0 picks a free port."""
 
@@ -66,13 +77,7 @@ class HealthServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - actual port
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self._runner, self.port = await serve(app, self.host, self.port)
         return self.port
 
     async def stop(self) -> None:

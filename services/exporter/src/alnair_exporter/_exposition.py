@@ -20,6 +20,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from alnair_common.health import serve
+
 
 def _escape_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -82,13 +84,7 @@ class MetricsServer:
     async def start(self) -> int:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = site._server.sockets if site._server else []  # noqa: SLF001 - the bound port
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self._runner, self.port = await serve(app, self.host, self.port)
         return self.port
 
     async def stop(self) -> None:
