@@ -19,9 +19,9 @@ from kubernetes.client.rest import ApiException
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common.annotations import FILTER_TIMESTAMP, GPU_ASSIGNMENT
 
 from ._kube_errors import MERGE_PATCH, KubeApiError, classify
-from ._pods import FILTER_TIMESTAMP, GPU_ASSIGNMENT
 
 log = get_logger("alnair.kube-bridge.bind")
 

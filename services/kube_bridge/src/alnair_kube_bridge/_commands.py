@@ -20,12 +20,12 @@ from kubernetes.client.rest import ApiException
 
 from alnair.v1 import commands_pb2
 from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common.annotations import LOCAL_API_VERSION
 
 from ._kube_errors import MERGE_PATCH, classify
 from ._pods import ANNOTATION_PREFIX
 
 log = get_logger("alnair.kube-bridge.commands")
-LOCAL_API_VERSION = "alnair.local/v1"
 ALNAIR_GROUP = "alnair.centaurus.io"
 
 

@@ -16,10 +16,9 @@ from google.protobuf import json_format
 
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
+from alnair_common.annotations import GPU_ASSIGNMENT
+from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
 
-ANNOTATION_PREFIX = "ai.centaurus.io/"
-GPU_ASSIGNMENT = "ai.centaurus.io/gpu-assignment"
-FILTER_TIMESTAMP = "ai.centaurus.io/filter-timestamp"
 VGPU_MEMORY = "alnair/vgpu-memory"
 VGPU_COMPUTE = "alnair/vgpu-compute"
 Obj = dict[str, Any]

@@ -18,6 +18,7 @@ from pathlib import Path
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publish_error, subjects
+from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
 from alnair_lifecycle import LifecyclePublisher
 
@@ -27,7 +28,6 @@ from ._workspace import Workspace, still_running
 
 log = get_logger("alnair.local-agent")
 P = wl.WorkloadPhase
-SIMULATED_ANNOTATION = "ai.centaurus.io/simulated-gpu"
 
 
 class Agent:

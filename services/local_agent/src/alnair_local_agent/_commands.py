@@ -16,12 +16,12 @@ from pathlib import Path
 from alnair.v1 import commands_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common.annotations import LOCAL_API_VERSION
+from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
 from alnair_lifecycle import LifecyclePublisher
 
 from ._workspace import Workspace
 
-LOCAL_API_VERSION = "alnair.local/v1"
-ANNOTATION_PREFIX = "ai.centaurus.io/"
 log = get_logger("alnair.local-agent.commands")
 
 

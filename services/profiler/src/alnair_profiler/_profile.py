@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from alnair.v1 import commands_pb2, common_pb2, profile_pb2, workload_pb2
+from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
 
 from ._detection import TrainingDetection
 from ._domain import Owner, WorkloadInfo
@@ -22,7 +23,6 @@ from ._series import SeriesSummary
 
 SERIES = ("cpu_cores", "memory_bytes", "disk_io_bytes_per_second", "network_bytes_per_second",
           "gpu_utilization_ratio", "gpu_memory_bytes", "memcpy_bytes_per_second")
-ANNOTATION_PREFIX = "ai.centaurus.io/"
 SCHEMA_VERSION = 1
 
 

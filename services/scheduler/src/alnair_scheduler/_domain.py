@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from alnair_common.annotations import POD_GROUP_LABEL as POD_GROUP_LABEL  # re-exported
+from alnair_common.annotations import SCHEDULING_PROFILE as PROFILE_ANNOTATION
+
 from ._errors import InvalidRequestError
 
 SCHEDULER_NAME = "alnair-scheduler"
-PROFILE_ANNOTATION = "ai.centaurus.io/scheduling-profile"
-POD_GROUP_LABEL = "alnair.centaurus.io/pod-group"
 MAX_COMPUTE_PERCENT = 100
 
 

@@ -1,0 +1,14 @@
+"""Names Alnair writes on Kubernetes objects and local workloads: one place, one spelling.
+
+Every key lives under ``ai.centaurus.io/`` (DESIGN.md); gang membership uses the label
+``alnair.centaurus.io/pod-group``. Local workloads are addressed in commands as objects of
+``alnair.local/v1``, which kube-bridge leaves to the local agent.
+"""
+
+PREFIX = "ai.centaurus.io/"
+GPU_ASSIGNMENT = PREFIX + "gpu-assignment"
+FILTER_TIMESTAMP = PREFIX + "filter-timestamp"
+SCHEDULING_PROFILE = PREFIX + "scheduling-profile"
+SIMULATED_GPU = PREFIX + "simulated-gpu"
+POD_GROUP_LABEL = "alnair.centaurus.io/pod-group"
+LOCAL_API_VERSION = "alnair.local/v1"
