@@ -18,12 +18,13 @@ from typing import Any, ClassVar
 from kubernetes import client as k8s
 
 from alnair.v1 import commands_pb2, scheduling_pb2
-from alnair_common import AlnairError, DurableConsumer, Service, ServiceSettings, subjects
+from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
 from alnair_lifecycle import LifecyclePublisher
 
 from ._binder import Binder
 from ._commands import Commands
 from ._kube_client import api_client
+from ._lanes import drain
 from ._nodes import NodeEvents
 from ._podgroups import PodGroupEvents
 from ._settings import KubeBridgeSettings
@@ -67,7 +68,7 @@ class KubeBridgeService(Service):
             list_pods = core.list_pod_for_all_namespaces
             list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
         nodes = await NodeEvents.open(self.bus)
-        self._watch("pods", list_pods, pods.handle)
+        self._watch("pods", list_pods, pods.handle, lanes=s.pod_event_lanes)
         self._watch("nodes", core.list_node, nodes.handle)
         self._watch("podgroups", list_groups, groups.handle)
         self.health.checks["kubernetes"] = self._check_synced
@@ -91,7 +92,7 @@ class KubeBridgeService(Service):
                 message_type=message_type, handler=handler))
 
     def _watch(self, kind: str, list_call: Callable[..., Any],
-               handle: Callable[[Item], Awaitable[None]]) -> None:
+               handle: Callable[[Item], Awaitable[None]], *, lanes: int = 1) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Item] = asyncio.Queue()
         watch = ResourceWatch(kind, list_call,
@@ -101,25 +102,8 @@ class KubeBridgeService(Service):
         self.watches.append(watch)
         self._threads.append(thread)
         thread.start()
-        self.spawn(self._drain(kind, queue, handle), name=f"events-{kind}")
-
-    async def _drain(self, kind: str, queue: asyncio.Queue[Item],
-                     handle: Callable[[Item], Awaitable[None]]) -> None:
-        """Hand each item to ``handle`` in order; an item that fails is retried, never skipped."""
-        while True:
-            item = await queue.get()
-            delay = 0.1
-            while True:
-                try:
-                    await handle(item)
-                    break
-                except AlnairError as e:
-                    self.log.warning("publishing failed; retrying", kind=kind, error=str(e),
-                                     retry_in=delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-            if isinstance(item, Synced):
-                self._synced.add(kind)
+        self.spawn(drain(kind, queue, handle, lanes=lanes, synced=self._synced.add),
+                   name=f"events-{kind}")
 
     async def _check_synced(self) -> str | None:
         missing = sorted({w.kind for w in self.watches} - self._synced)

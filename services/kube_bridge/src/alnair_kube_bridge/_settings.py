@@ -24,3 +24,7 @@ class KubeBridgeSettings(ServiceSettings):
         8, ge=1, le=64,
         description="Bind decisions carried out at once (each is a read, a patch and a Binding); "
                     "1 binds strictly in decision order")
+    pod_event_lanes: int = Field(
+        8, ge=1, le=64,
+        description="Pods whose watch events are turned into workload events at once (each "
+                    "pod's in order); 1 handles every pod's events strictly in watch order")

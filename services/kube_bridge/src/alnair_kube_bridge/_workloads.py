@@ -5,6 +5,13 @@ consumer should still see the whole lifecycle, so a transition that skips steps 
 published with the steps the pod proves it went through (it has a node → it was bound; it
 has a start time → it ran). A pod that vanished while nobody watched is found on the next
 list (its record says it is not deleted, the API says it is gone) and published deleted.
+
+Most watch events of a pod are no news (a status or annotation change within a phase), and
+asking the record bucket for each costs round trips that a burst of pods waits on. So this
+process keeps, per pod, the highest phase it knows is on record: phases only move forward,
+so that is a lower bound of the bucket's however many bridges run, and an event at or
+below it is dropped without asking. Anything newer still goes through the publisher's
+compare-and-set, which has the last word.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class PodLifecycle:
         self.lifecycle = lifecycle
         self.scheduler_name = scheduler_name
         self.namespace = namespace
+        self._on_record: dict[str, int] = {}  # uid → rank known to be on record (at least)
 
     async def handle(self, item: Synced | Changed) -> None:
         if isinstance(item, Synced):
@@ -62,13 +70,20 @@ class PodLifecycle:
             gone.message = "pod deleted while kube-bridge was not watching"
             log.info("pod vanished between lists", uid=w.ref.uid, name=w.ref.name)
             await self.lifecycle.publish(gone)
+            self._on_record.pop(w.ref.uid, None)
 
     async def observe(self, workload: wl.Workload) -> None:
         """Publish ``workload``'s phase, preceded by the steps it skipped since the last one."""
-        last = await self.lifecycle.last(workload.ref.uid)
-        done = rank(last.workload.phase) if last else 0
+        uid, target = workload.ref.uid, rank(workload.phase)
+        done = self._on_record.get(uid)
+        if done is not None and target <= done:
+            return  # no news: at least this far is on record already
+        if done is None:
+            # Pending is the first step, so nothing before it can have been skipped.
+            last = await self.lifecycle.last(uid) if target > rank(_STEPS[0]) else None
+            done = rank(last.workload.phase) if last else 0
         for step in _STEPS:
-            if done < rank(step) < rank(workload.phase) and _went_through(workload, step):
+            if done < rank(step) < target and _went_through(workload, step):
                 earlier = wl.Workload()
                 earlier.CopyFrom(workload)
                 earlier.phase = step
@@ -80,7 +95,12 @@ class PodLifecycle:
                 elif step == wl.WORKLOAD_PHASE_BOUND:
                     earlier.ClearField("started_at")
                 await self.lifecycle.publish(earlier)
+        # Published now, or refused because the record was already there or later.
         await self.lifecycle.publish(workload)
+        if workload.phase == wl.WORKLOAD_PHASE_DELETED:
+            self._on_record.pop(uid, None)  # the last step; a replay asks the bucket
+        else:
+            self._on_record[uid] = max(target, self._on_record.get(uid, 0))
 
 
 def _went_through(workload: wl.Workload, step: int) -> bool:
