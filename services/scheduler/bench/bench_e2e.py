@@ -21,7 +21,9 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,6 +43,7 @@ from alnair_common.testing.kwok import gpu_node_manifest, start_kwok
 from alnair_common.testing.testbin import locate
 
 REPO = Path(__file__).resolve().parents[3]
+TICKS = os.sysconf("SC_CLK_TCK")
 GIB = 1024**3
 SIZES = [1, 2, 4, 8, 10, 16, 20, 24, 40]
 COMPUTE = [5, 10, 20, 25, 30, 50]
@@ -86,8 +89,98 @@ class BoundWatch:
         self._stop.set()
 
 
+def process_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and every descendant, by name.
+
+    On a 2-core machine every process of the plane competes with the two schedulers, so
+    where the CPU went says more than wall time alone."""
+    parent: dict[int, int] = {}
+    info: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        for arg in cmdline:
+            if arg.startswith(b"alnair_"):
+                name = arg.decode()
+        info[pid] = (name, (int(fields[11]) + int(fields[12])) / TICKS)
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for pid, (name, cpu) in info.items():
+        p = pid
+        while p not in (0, 1, me):
+            p = parent.get(p, 0)
+        if p == me or pid == me:
+            key = "bench (load + watch)" if pid == me else name
+            out[key] = out.get(key, 0.0) + cpu
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 1) for k, v in sorted(after.items())
+            if v - before.get(k, 0.0) >= 0.05}
+
+
+def quantiles_ms(values: list[float]) -> dict[str, float | None]:
+    if len(values) < 2:
+        return {"p50_ms": None, "p99_ms": None}
+    q = statistics.quantiles(values, n=100)
+    return {"p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
+
+
+async def stream_times(url: str, namespace: str) -> dict[str, dict[str, float]]:
+    """When JetStream stored each pod's pending event, bind decision and bind result."""
+    import nats
+
+    from alnair.v1 import scheduling_pb2, workload_pb2
+    from alnair_common import subjects
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    out: dict[str, dict[str, float]] = {"pending": {}, "decision": {}, "result": {}}
+    wanted = [(subjects.workload_events(), workload_pb2.WorkloadEvent, "pending"),
+              (subjects.sched_bind(), scheduling_pb2.BindDecision, "decision"),
+              (subjects.sched_bound(), scheduling_pb2.BindResult, "result")]
+    for subject, message_type, stage in wanted:
+        sub = await js.subscribe(subject, ordered_consumer=True)
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                break
+            m = message_type()
+            m.ParseFromString(msg.data)
+            ref = m.workload.ref if stage == "pending" else m.workload
+            if ref.namespace != namespace:
+                continue
+            if stage == "pending" and m.workload.phase != workload_pb2.WORKLOAD_PHASE_PENDING:
+                continue
+            out[stage].setdefault(ref.name, msg.metadata.timestamp.timestamp())
+        await sub.unsubscribe()
+    await nc.close()
+    return out
+
+
+def stages(times: dict[str, dict[str, float]], sent: dict[str, float],
+           bound: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    """Per-pod time of each step of Alnair's path, from the stream's storage timestamps."""
+    steps = [("create_to_pending_on_bus", sent, times["pending"]),
+             ("pending_to_decision", times["pending"], times["decision"]),
+             ("decision_to_bind_result", times["decision"], times["result"]),
+             ("bind_result_to_watch_bound", times["result"], bound)]
+    return {name: quantiles_ms([b[n] - a[n] for n in a if n in b]) for name, a, b in steps}
+
+
 def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list[tuple[int, int]],
-              timeout: float) -> dict[str, Any]:
+              timeout: float, nats_url: str = "") -> dict[str, Any]:
     core = k8s.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     bound = BoundWatch(api, namespace)
@@ -99,6 +192,7 @@ def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list
         sent[name] = time.time()
         core.create_namespaced_pod(namespace, pod(name, scheduler, *requests[i]))
 
+    cpu_before = process_cpu()
     start = time.time()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(len(requests))))
@@ -107,15 +201,22 @@ def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list
     while len(bound.bound) < len(requests) and time.time() < deadline:
         time.sleep(0.2)
     bound.stop()
+    cpu = cpu_delta(cpu_before, process_cpu())
     lat = sorted(bound.bound[n] - sent[n] for n in bound.bound if n in sent)
     end = max(bound.bound.values()) if bound.bound else time.time()
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    extra = {}
+    if nats_url:
+        import asyncio
+        extra["steps"] = stages(asyncio.run(stream_times(nats_url, namespace)), sent,
+                                bound.bound)
     return {"scheduler": scheduler, "pods": len(requests), "bound": len(bound.bound),
             "create_seconds": round(created - start, 2),
             "create_to_last_bound_seconds": round(end - start, 2),
             "throughput_pods_per_second": round(len(bound.bound) / max(end - start, 1e-9), 1),
             "latency_p50_ms": round(q[49] * 1000, 1), "latency_p99_ms": round(q[98] * 1000, 1),
-            "latency_max_ms": round(lat[-1] * 1000, 1) if lat else None}
+            "latency_max_ms": round(lat[-1] * 1000, 1) if lat else None,
+            "cpu_seconds": cpu, **extra}
 
 
 def main() -> None:
@@ -127,6 +228,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--py-spy", type=Path, help="py-spy binary: profile kube-bridge and the "
+                    "scheduler during Alnair's batch (collapsed stacks in the log folder)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     requests = [(rng.choice(SIZES), rng.choice(COMPUTE)) for _ in range(args.pods)]
@@ -184,7 +287,16 @@ def main() -> None:
 
         asyncio.run(inventories())
         time.sleep(3)  # both services connected and replayed (their logs say so)
-        alnair = run_batch(api, "bench-alnair", "alnair-scheduler", requests, args.timeout)
+        spies = [subprocess.Popen([str(args.py_spy), "record", "--nonblocking", "--idle",
+                                   "--format", "raw", "--rate", "200", "-p", str(p.pid),
+                                   "-o", str(work / f"{p.name}.stacks")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for p in (bridge, sched)] if args.py_spy else []
+        alnair = run_batch(api, "bench-alnair", "alnair-scheduler", requests, args.timeout,
+                           nats.url)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
 
         ks = ServerProcess("kube-scheduler", [
             testbin.path("kube-scheduler"), f"--kubeconfig={kubeconfig}",
