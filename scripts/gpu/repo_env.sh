@@ -5,11 +5,15 @@
 #   bash scripts/gpu/repo_env.sh python3 scripts/gpu/capture_device_plugin.py --out /tmp/x
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-site=/tmp/alnair-site
-if [ -d "$root/.whl" ] && [ ! -e "$site/.done" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$site" "$root"/.whl/*.whl
-  touch "$site/.done"
+site=${ALNAIR_REPO_SITE:-/tmp/alnair-site}
+# Installed once per set of wheels: a warm machine given more wheels installs them too.
+if [ -d "$root/.whl" ]; then
+  wanted=$(ls "$root/.whl")
+  if [ "$(cat "$site/.done" 2>/dev/null)" != "$wanted" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "$root"/.whl/*.whl
+    printf '%s' "$wanted" > "$site/.done"
+  fi
 fi
 paths="$site:$root/proto"
 for src in "$root"/libs/*/src "$root"/services/*/src; do paths="$paths:$src"; done

@@ -4,7 +4,13 @@ Each workload runs for ``--seconds`` and, when ``ALNAIR_TRUTH_FILE`` is set, app
 wall-clock end time of every iteration (or request) to it: the ground truth that labelled
 recordings carry, so detection can be scored against what really happened.
 
+``--iterations N`` makes it a fixed amount of work instead (N iterations or requests, however
+long they take): what completion-time comparisons need (``e2e_share.py``). ``--alloc-gib G``
+first tries to take G GiB more device memory and, refused (a memory limit), exits with
+``OOM_EXIT`` after saying it caught ``torch.OutOfMemoryError``.
+
     python workloads.py cnn_train --seconds 20 --batch 128
+    python workloads.py cnn_train --iterations 2500 --batch 32
 """
 
 from __future__ import annotations
@@ -12,28 +18,42 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 import time
 
 import torch
 from torch import nn
+
+OOM_EXIT = 42
+"""Exit code of a workload whose ``--alloc-gib`` was refused with ``torch.OutOfMemoryError``."""
 
 
 class Truth:
     def __init__(self) -> None:
         path = os.environ.get("ALNAIR_TRUTH_FILE")
         self.file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
+        self.first: float | None = None
+        self.last: float | None = None
 
     def mark(self) -> None:
+        self.last = time.time()
+        if self.first is None:
+            self.first = self.last
         if self.file:
-            self.file.write(f"{time.time():.6f}\n")
+            self.file.write(f"{self.last:.6f}\n")
 
 
-def _train_loop(model: nn.Module, make_batch, seconds: float, truth: Truth) -> int:
+def _more(a: argparse.Namespace, done: int, end: float) -> bool:
+    """Another iteration? ``--iterations`` (fixed work) when given, else until ``--seconds``."""
+    return done < a.iterations if a.iterations else time.time() < end
+
+
+def _train_loop(model: nn.Module, make_batch, a: argparse.Namespace, truth: Truth) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    end = time.time() + seconds
+    end = time.time() + a.seconds
     steps = 0
-    while time.time() < end:
+    while _more(a, steps, end):
         x, y = make_batch()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
@@ -56,7 +76,7 @@ def cnn_train(a: argparse.Namespace, truth: Truth) -> int:
     model = nn.Sequential(*layers, nn.Flatten(), nn.Linear(256 * 4 * 4, 100)).to(dev)
     x = torch.randn(a.batch, 3, 64, 64, device=dev)
     y = torch.randint(0, 100, (a.batch,), device=dev)
-    return _train_loop(model, lambda: (x, y), a.seconds, truth)
+    return _train_loop(model, lambda: (x, y), a, truth)
 
 
 def transformer_train(a: argparse.Namespace, truth: Truth) -> int:
@@ -69,7 +89,7 @@ def transformer_train(a: argparse.Namespace, truth: Truth) -> int:
     x = torch.randint(0, 8000, (a.batch, 128), device=dev)
     y = torch.randint(0, 10, (a.batch,), device=dev)
     model(x)  # materialise the lazy layer
-    return _train_loop(model, lambda: (x, y), a.seconds, truth)
+    return _train_loop(model, lambda: (x, y), a, truth)
 
 
 def mlp_train(a: argparse.Namespace, truth: Truth) -> int:
@@ -77,7 +97,7 @@ def mlp_train(a: argparse.Namespace, truth: Truth) -> int:
     model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 10)).to(dev)
     x = torch.randn(a.batch, 512, device=dev)
     y = torch.randint(0, 10, (a.batch,), device=dev)
-    return _train_loop(model, lambda: (x, y), a.seconds, truth)
+    return _train_loop(model, lambda: (x, y), a, truth)
 
 
 def dataload_train(a: argparse.Namespace, truth: Truth) -> int:
@@ -95,7 +115,7 @@ def dataload_train(a: argparse.Namespace, truth: Truth) -> int:
         x = torch.from_numpy(imgs).pin_memory().to(dev, non_blocking=True)
         return x, torch.randint(0, 10, (a.batch,), device=dev)
 
-    return _train_loop(model, batch, a.seconds, truth)
+    return _train_loop(model, batch, a, truth)
 
 
 def inference_poisson(a: argparse.Namespace, truth: Truth) -> int:
@@ -106,7 +126,7 @@ def inference_poisson(a: argparse.Namespace, truth: Truth) -> int:
     end = time.time() + a.seconds
     n = 0
     with torch.inference_mode():
-        while time.time() < end:
+        while _more(a, n, end):
             time.sleep(rnd.expovariate(a.rate))
             batch = rnd.choice((1, 8, 32, 128, 512))
             model(torch.randn(batch, 1024, device=dev)).sum().item()
@@ -121,7 +141,7 @@ def irregular(a: argparse.Namespace, truth: Truth) -> int:
     rnd = random.Random(a.seed)
     end = time.time() + a.seconds
     n = 0
-    while time.time() < end:
+    while _more(a, n, end):
         size = rnd.choice((256, 1024, 2048, 4096, 8192))
         m = torch.randn(size, size, device=dev)
         for _ in range(rnd.randint(1, 20)):
@@ -157,11 +177,36 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=20.0, help="requests/s (inference)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hold-gib", type=float, default=2.0)
+    p.add_argument("--iterations", type=int, default=0,
+                   help="fixed work: stop after N iterations/requests (0: run for --seconds)")
+    p.add_argument("--alloc-gib", type=float, default=0.0,
+                   help="first try to allocate this many GiB more (a memory-limit probe)")
     a = p.parse_args()
     torch.backends.cudnn.benchmark = True
     started = time.time()
-    n = WORKLOADS[a.workload](a, Truth())
+    if a.alloc_gib:
+        _probe_memory(a.workload, a.alloc_gib)
+    truth = Truth()
+    n = WORKLOADS[a.workload](a, truth)
     print(f"{a.workload}: {n} iterations in {time.time() - started:.1f} s", flush=True)
+    if a.iterations:
+        work = (truth.last - truth.first) if truth.first is not None and truth.last is not None else 0.0
+        print(f"E2E_RESULT workload={a.workload} iterations={n} seconds={time.time() - started:.3f} "
+              f"work_seconds={work:.3f}", flush=True)
+
+
+def _probe_memory(workload: str, gib: float) -> None:
+    """Take ``gib`` GiB on the device: refused → say so and exit ``OOM_EXIT``; granted → go on."""
+    try:
+        extra = torch.empty(int(gib * (1 << 30)), dtype=torch.uint8, device="cuda")
+        extra.fill_(1)
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"E2E_OOM caught torch.OutOfMemoryError allocating {gib:g} GiB: {first}", flush=True)
+        sys.exit(OOM_EXIT)
+    print(f"E2E_NO_OOM {workload}: {gib:g} GiB were granted (no memory limit refused them)", flush=True)
+    del extra
 
 
 if __name__ == "__main__":
