@@ -14,6 +14,7 @@ the same name is answered not ok with the API's reason, and the decision is sett
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -62,10 +63,17 @@ class Placement:
 
 
 class Binder:
-    def __init__(self, bus: Bus, core: k8s.CoreV1Api, namespace: str = "") -> None:
+    def __init__(self, bus: Bus, core: k8s.CoreV1Api, namespace: str = "", *,
+                 concurrency: int = 8) -> None:
         self.bus = bus
         self.core = core
         self.namespace = namespace
+        # Its own threads: the loop's default pool has only cpu_count + 4 (6 on 2 cores),
+        # fewer than the binds the consumer runs at once, and is shared with the commands.
+        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="bind")
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def handle(self, _subject: str, decision: scheduling_pb2.BindDecision) -> None:
         if decision.workload.mode != common_pb2.MODE_KUBERNETES:
@@ -78,7 +86,8 @@ class Binder:
             await self._answer(decision, ok=False, reason=str(e))
             return
         try:
-            await asyncio.to_thread(self._bind, placement)
+            await asyncio.get_running_loop().run_in_executor(self._threads, self._bind,
+                                                             placement)
         except KubeApiError as e:
             await self._answer(decision, ok=False, reason=str(e))
             return
@@ -92,9 +101,13 @@ class Binder:
                                              FILTER_TIMESTAMP: p.filtered_at}},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": p.node}}
         try:
-            # The answer is a Status, not a Binding: read it raw.
-            self.core.create_namespaced_pod_binding(p.name, p.namespace, body,
-                                                    _preload_content=False).release_conn()
+            # The answer is a Status, not a Binding: read it raw, and to the end — a
+            # connection handed back with unread bytes is either dropped (a new TLS
+            # handshake for the next bind) or, read by the next request, garbles its answer.
+            response = self.core.create_namespaced_pod_binding(p.name, p.namespace, body,
+                                                               _preload_content=False)
+            response.drain_conn()
+            response.release_conn()
         except ApiException as e:
             if e.status != 409:
                 raise classify(e, what) from e

@@ -71,20 +71,23 @@ def pod_workload(pod: Obj, *, deleted: bool = False) -> wl.Workload:
         _set_time(workload.finished_at, terminated.get("finishedAt"))
         if "exitCode" in terminated:
             workload.exit_code = int(terminated["exitCode"])
-    workload.phase = _phase(status.get("phase", ""), workload.node, deleted)
+    workload.phase = pod_phase(pod, deleted=deleted)
     workload.message = "; ".join([*problems, *_status_message(status)])
     return workload
 
 
-def _phase(pod_phase: str, node: str, deleted: bool) -> int:
+def pod_phase(pod: Obj, *, deleted: bool = False) -> int:
+    """The workload phase of ``pod`` alone (cheap: decides whether an event is news)."""
     if deleted:
         return wl.WORKLOAD_PHASE_DELETED
-    if pod_phase == "Succeeded":
+    phase = (pod.get("status") or {}).get("phase", "")
+    if phase == "Succeeded":
         return wl.WORKLOAD_PHASE_SUCCEEDED
-    if pod_phase == "Failed":
+    if phase == "Failed":
         return wl.WORKLOAD_PHASE_FAILED
-    if pod_phase == "Running":
+    if phase == "Running":
         return wl.WORKLOAD_PHASE_RUNNING
+    node = (pod.get("spec") or {}).get("nodeName", "")
     return wl.WORKLOAD_PHASE_BOUND if node else wl.WORKLOAD_PHASE_PENDING
 
 

@@ -48,6 +48,7 @@ class KubeBridgeService(Service):
         self._threads: list[threading.Thread] = []
         self._synced: set[str] = set()
         self.api: k8s.ApiClient | None = None
+        self.binder: Binder | None = None
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -73,7 +74,7 @@ class KubeBridgeService(Service):
         self._watch("podgroups", list_groups, groups.handle)
         self.health.checks["kubernetes"] = self._check_synced
 
-        binder = Binder(self.bus, core, ns)
+        self.binder = binder = Binder(self.bus, core, ns, concurrency=s.bind_concurrency)
         commands = Commands(self.bus, self.api, ns)
         await self.consume(DurableConsumer(
             self.bus, stream="SCHEDULING", durable="kube-bridge-bind",
@@ -115,5 +116,7 @@ class KubeBridgeService(Service):
         for thread in self._threads:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(thread.join, self.kube_settings.watch_timeout_seconds + 5)
+        if self.binder is not None:
+            self.binder.close()
         if self.api is not None:
             self.api.close()

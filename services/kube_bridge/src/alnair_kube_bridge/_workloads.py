@@ -21,7 +21,7 @@ from alnair.v1 import workload_pb2 as wl
 from alnair_common import get_logger
 from alnair_lifecycle import LifecyclePublisher, rank
 
-from ._pods import is_alnair_pod, pod_workload
+from ._pods import is_alnair_pod, pod_phase, pod_workload
 from ._watch import Changed, Synced
 
 log = get_logger("alnair.kube-bridge.pods")
@@ -47,6 +47,9 @@ class PodLifecycle:
     async def _changed(self, kind: str, pod: dict) -> None:
         if not is_alnair_pod(pod, self.scheduler_name):
             return
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        if kind != "DELETED" and rank(pod_phase(pod)) <= self._on_record.get(uid, 0):
+            return  # no news, and not worth converting
         if kind == "DELETED":  # the pod's last status first: it may have finished unseen
             await self.observe(pod_workload(pod))
         await self.observe(pod_workload(pod, deleted=kind == "DELETED"))
