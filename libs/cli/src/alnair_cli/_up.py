@@ -72,6 +72,12 @@ class Platform:
                            soft_wrap=True)
 
     async def run(self) -> None:
+        # Handlers first: a Ctrl-C/SIGTERM while starting must still reach the `finally`, or the
+        # nats-server (its own session) outlives this process.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         self.nats.start()
         info = PlatformInfo(nats_url=self.nats.url, pid=os.getpid(),
                             data_dir=str(self.data_dir))
@@ -87,15 +93,12 @@ class Platform:
                 description="Process table of the local platform",
             )
             info.write()
-            self.supervisor.start()
-            self.console.print(
-                f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {self.data_dir}. "
-                "[dim]`alnair status` in another terminal; Ctrl-C stops everything.[/]"
-            )
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            if not stop.is_set():
+                self.supervisor.start()
+                self.console.print(
+                    f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {self.data_dir}. "
+                    "[dim]`alnair status` in another terminal; Ctrl-C stops everything.[/]"
+                )
             await stop.wait()
             self.console.print("[bold]stopping Alnair…[/]")
         finally:
