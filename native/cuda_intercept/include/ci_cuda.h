@@ -21,6 +21,7 @@ typedef int CUresult;
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define CUDA_ERROR_UNKNOWN 999
 
@@ -30,6 +31,7 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
@@ -43,6 +45,14 @@ typedef int CUdriverProcAddressQueryResult;
 #define CU_GET_PROC_ADDRESS_SUCCESS 0
 #define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
 #define CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
+
+/* Streams, events and stream capture (timing a sample of launches). */
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_EVENT_DEFAULT 0x0
+typedef int CUstreamCaptureStatus;
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+typedef int CUstreamCaptureMode;
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
 /* Device attributes the interceptor queries. */
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16

@@ -154,6 +154,15 @@ struct ci_driver_calls {
     CUresult (*cuPointerGetAttribute)(void *data, int attribute, CUdeviceptr ptr);
     CUresult (*cuMemFree_v2)(CUdeviceptr dptr);
     CUresult (*cuMemRelease)(CUmemGenericAllocationHandle handle);
+    /* timing a sample of launches (ci_gputime.c) */
+    CUresult (*cuEventCreate)(CUevent *event, unsigned int flags);
+    CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+    CUresult (*cuEventQuery)(CUevent event);
+    CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
+    CUresult (*cuEventDestroy)(CUevent event);
+    CUresult (*cuStreamQuery)(CUstream stream);
+    CUresult (*cuStreamIsCapturing)(CUstream stream, CUstreamCaptureStatus *status);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *mode);
 };
 extern struct ci_driver_calls ci_driver;
 
@@ -196,6 +205,25 @@ uint64_t ci_tokens_charged(int dev);
 int64_t ci_tokens_available(int dev);
 void ci_tokens_reset(void);
 
+/* ---- ci_gputime.c -------------------------------------------------------- */
+/* Sampling of launch GPU time, on while a compute limit is active. */
+void ci_gputime_enable(bool on);
+struct ci_gputime_probe {
+    struct ci_gputime_sample *sample;
+    CUstream stream;
+};
+/* Before a launch of `cost` tokens of `fn` into `stream` (per_thread: the
+ * launch came through a _ptsz entry point). Returns true when this launch is
+ * timed: call ci_gputime_end with the launch's result right after it. */
+bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, bool per_thread,
+                      const void *fn, uint64_t cost);
+void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched);
+/* Sums over the finished samples of `dev`: GPU ns (clipped), tokens, count. */
+struct ci_gputime_totals {
+    uint64_t ns, cost, samples;
+};
+void ci_gputime_read(int dev, struct ci_gputime_totals *out);
+void ci_gputime_after_fork_child(void);
 /* ---- ci_controller.c ----------------------------------------------------- */
 
 struct ci_controller {
@@ -232,8 +260,9 @@ int ci_nvml_start(int device_count);
 /* Mean SM utilisation (percent, summed over the workload's processes) of the
  * samples newer than *last_seen_us on `dev`; advances *last_seen_us. Returns
  * the number of samples used; 0 when nothing is new; -2 when new samples
- * exist but none belongs to the workload (util = 0); -1 when NVML failed. */
-int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util);
+ * exist but none belongs to the workload (util = 0); -1 when NVML failed.
+ * *others: new samples of other processes that were busy (co-location). */
+int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util, int *others);
 /* CUDA ordinal of an NVML handle the monitor mapped, -1 when unknown. */
 int ci_nvml_cuda_index(nvmlDevice_t handle);
 /* Whole-device utilisation (percent) as a conservative fallback, -1 on error. */

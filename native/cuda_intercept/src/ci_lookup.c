@@ -151,7 +151,20 @@ static void ci_lookup_do_load_driver(void)
     CI_RESOLVE(cuPointerGetAttribute);
     CI_RESOLVE(cuMemFree_v2);
     CI_RESOLVE(cuMemRelease);
+    CI_RESOLVE(cuEventCreate);
+    CI_RESOLVE(cuEventRecord);
+    CI_RESOLVE(cuEventQuery);
+    CI_RESOLVE(cuStreamQuery);
+    CI_RESOLVE(cuStreamIsCapturing);
+    CI_RESOLVE(cuThreadExchangeStreamCaptureMode);
 #undef CI_RESOLVE
+    /* CUDA 12.8 added the _v2 spellings; older drivers have only the first. */
+    void *elapsed = ci_lookup_real_dlsym(h, "cuEventElapsedTime_v2");
+    if (elapsed == NULL)
+        elapsed = ci_lookup_real_dlsym(h, "cuEventElapsedTime");
+    ci_driver.cuEventElapsedTime = (__typeof__(ci_driver.cuEventElapsedTime))elapsed;
+    ci_driver.cuEventDestroy =
+        (__typeof__(ci_driver.cuEventDestroy))ci_lookup_real_dlsym(h, "cuEventDestroy_v2");
 }
 
 void ci_lookup_load_driver(void)

@@ -11,6 +11,11 @@
  * A process whose launches wait for tokens while NVML's new samples name other
  * processes but not it is starved (0 %): the controller opens its bucket.
  *
+ * Co-located (NVML named another busy process within the last second): on a
+ * time-sliced GPU NVML gives every process the device's utilisation, not its
+ * share, so the share comes from the interceptor's own GPU-time samples
+ * (ci_gputime.c): tokens/s spent x sampled GPU ns per token.
+ *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
  * (over-estimates under co-location, so it throttles more, never less); no
@@ -33,9 +38,14 @@
 #define CI_MONITOR_OPEN_LOOP_NS 200000000ull
 #define CI_MONITOR_FALLBACK_WINDOW_NS 200000000ull
 #define CI_MONITOR_MAX_WINDOW_NS 500000000ull
+#define CI_MONITOR_COLOCATED_NS 1000000000ull
+#define CI_MONITOR_SHARE_WINDOW_NS 200000000ull
+#define CI_MONITOR_GPUTIME_WINDOW_NS 1000000000ull
+#define CI_MONITOR_GPUTIME_MIN_SAMPLES 8
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
+    struct ci_gputime_totals gputime;
 };
 
 struct ci_monitor_dev {
@@ -45,6 +55,7 @@ struct ci_monitor_dev {
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
     uint64_t fallback_step_ns;
+    uint64_t others_seen_ns; /* last time NVML named another busy process */
     uint32_t util;
     struct ci_monitor_point hist[CI_MONITOR_HISTORY];
     unsigned hist_next;
@@ -103,6 +114,7 @@ static void ci_monitor_record(struct ci_monitor_dev *m, int dev, uint64_t now)
     p->t_ns = now;
     p->charged = ci_tokens_charged(dev);
     p->throttled_ns = atomic_load_explicit(&ci_counters[dev].throttled_ns, memory_order_relaxed);
+    ci_gputime_read(dev, &p->gputime);
     m->hist_next++;
 }
 
@@ -118,6 +130,37 @@ static const struct ci_monitor_point *ci_monitor_at(const struct ci_monitor_dev 
             break;
     }
     return best;
+}
+
+/* GPU ns per token of the sampled launches over the last second (or the whole
+ * history when that holds too few samples); -1 when there are too few. */
+static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t now)
+{
+    unsigned n = m->hist_next < CI_MONITOR_HISTORY ? m->hist_next : CI_MONITOR_HISTORY;
+    if (n < 2)
+        return -1.0;
+    const struct ci_monitor_point *b = &m->hist[(m->hist_next - 1) % CI_MONITOR_HISTORY];
+    const struct ci_monitor_point *a =
+        ci_monitor_at(m, now > CI_MONITOR_GPUTIME_WINDOW_NS ? now - CI_MONITOR_GPUTIME_WINDOW_NS : 0);
+    if (b->gputime.samples - a->gputime.samples < CI_MONITOR_GPUTIME_MIN_SAMPLES)
+        a = &m->hist[(m->hist_next - n) % CI_MONITOR_HISTORY];
+    if (b->gputime.samples - a->gputime.samples < CI_MONITOR_GPUTIME_MIN_SAMPLES ||
+        b->gputime.cost <= a->gputime.cost)
+        return -1.0;
+    return (double)(b->gputime.ns - a->gputime.ns) / (double)(b->gputime.cost - a->gputime.cost);
+}
+
+/* Share of the GPU (percent) this process's launches took over [t0, now]:
+ * tokens/s x GPU ns per token. -1 when the GPU time is not known yet. */
+static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t t0, uint64_t now)
+{
+    double ns_per_token = ci_monitor_ns_per_token(m, now);
+    const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, now);
+    if (ns_per_token < 0.0 || a == NULL || b == NULL || b->t_ns <= a->t_ns)
+        return -1.0;
+    double tokens_per_s = (double)(b->charged - a->charged) * 1e9 / (double)(b->t_ns - a->t_ns);
+    double share = 100.0 * tokens_per_s * ns_per_token / 1e9;
+    return share > 100.0 ? 100.0 : share;
 }
 
 /* Applies one controller step for the window [t0, t1] (monotonic ns). */
@@ -147,6 +190,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         m->started = true;
     }
     m->ctl.target = target;
+    ci_gputime_enable(target < 100);
     if (target >= 100) {
         if (ci_tokens_rate(dev) != 0.0)
             ci_tokens_set_rate(dev, 0.0);
@@ -165,9 +209,22 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     }
     uint64_t prev_us = m->last_seen_us;
     double util = 0.0;
-    int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util);
+    int others = 0;
+    int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util, &others);
     if (n == -1)
         return;
+    if (others > 0)
+        m->others_seen_ns = now;
+    if (target < 100 && m->others_seen_ns != 0 && now - m->others_seen_ns < CI_MONITOR_COLOCATED_NS) {
+        uint64_t t0 = now > CI_MONITOR_SHARE_WINDOW_NS ? now - CI_MONITOR_SHARE_WINDOW_NS : 0;
+        double share = ci_monitor_gputime_share(m, t0, now);
+        if (share >= 0.0) {
+            atomic_store_explicit(&ci_monitor_util[dev], (uint32_t)(share + 0.5),
+                                  memory_order_relaxed);
+            ci_monitor_step(m, dev, share, t0, now);
+            return;
+        }
+    }
     bool starving = target < 100 && ci_tokens_waiting(dev) > 0 &&
                     m->no_match_ns < CI_MONITOR_NO_MATCH_NS;
     if (n == 0)

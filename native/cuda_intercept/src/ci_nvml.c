@@ -92,8 +92,9 @@ static int ci_nvml_workload_pids(unsigned int *pids)
     return n;
 }
 
-int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util)
+int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util, int *others)
 {
+    *others = 0;
     if (dev < 0 || dev >= atomic_load(&ci_nvml_count) || ci_nvml_handles[dev] == NULL)
         return -1;
     unsigned int count = CI_NVML_MAX_SAMPLES;
@@ -117,14 +118,16 @@ int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util)
             continue;
         if (s->timeStamp > newest)
             newest = s->timeStamp;
-        for (int k = 0; k < npids; k++) {
-            if (pids[k] == s->pid) {
-                sum[k] += s->smUtil > 100 ? 100.0 : (double)s->smUtil;
-                nsamples[k]++;
-                used++;
-                break;
-            }
+        int k = 0;
+        while (k < npids && pids[k] != s->pid)
+            k++;
+        if (k == npids) {
+            *others += s->smUtil > 0;
+            continue;
         }
+        sum[k] += s->smUtil > 100 ? 100.0 : (double)s->smUtil;
+        nsamples[k]++;
+        used++;
     }
     if (newest == *last_seen_us)
         return 0;

@@ -128,6 +128,7 @@ static void ci_runtime_child_after_fork(void)
     ci_tokens_reset();
     ci_signature_reset();
     ci_monitor_after_fork_child();
+    ci_gputime_after_fork_child();
     atomic_store(&ci_state.slot, -1);
     atomic_store(&ci_state.cuinit_done, 0);
     atomic_store(&ci_runtime_ready, 0);

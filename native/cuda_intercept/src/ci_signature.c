@@ -24,7 +24,7 @@
 #define CI_SIG_WINDOW 8
 #define CI_SIG_TABLE (1u << 14)
 #define CI_SIG_BASE 0x100000001b3ull
-#define CI_SIG_MIN_BLOCK 4096u
+#define CI_SIG_MIN_BLOCK 1024u
 
 struct ci_sig_entry {
     uint64_t hash;

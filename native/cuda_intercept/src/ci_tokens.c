@@ -103,15 +103,21 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
     atomic_fetch_add_explicit(&b->charged, cost, memory_order_relaxed);
 }
 
+/* What a graph launch is charged: the running average kernel cost. */
+static uint64_t ci_tokens_graph_cost(int dev)
+{
+    uint64_t cost = atomic_load_explicit(&ci_buckets[ci_tokens_clamp_dev(dev)].avg_cost,
+                                         memory_order_relaxed);
+    return cost == 0 ? 1 : cost;
+}
+
 void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
 {
     dev = ci_tokens_clamp_dev(dev);
     struct ci_bucket *b = &ci_buckets[dev];
     if (graph) {
         atomic_fetch_add_explicit(&ci_counters[dev].graph_launches, 1, memory_order_relaxed);
-        cost = atomic_load_explicit(&b->avg_cost, memory_order_relaxed);
-        if (cost == 0)
-            cost = 1;
+        cost = ci_tokens_graph_cost(dev);
     } else {
         atomic_fetch_add_explicit(&ci_counters[dev].launches, 1, memory_order_relaxed);
         if (cost == 0)
@@ -193,24 +199,41 @@ static uint64_t ci_tokens_grid(unsigned gx, unsigned gy, unsigned gz)
     return (uint64_t)gx * (uint64_t)gy * (uint64_t)gz;
 }
 
+/* Charges the launch, then runs it (timing it when ci_gputime picks it). */
+#define CI_TOKENS_LAUNCH(cost, graph, fn, stream, ptsz_id, call)                              \
+    do {                                                                                      \
+        ci_runtime_ensure();                                                                  \
+        int dev_ = ci_runtime_current_device();                                               \
+        uint64_t cost_ = (cost);                                                              \
+        ci_tokens_on_launch(dev_, cost_, (graph), (fn));                                      \
+        struct ci_gputime_probe probe_;                                                       \
+        if (CI_LIKELY(!ci_gputime_begin(&probe_, dev_, (stream),                              \
+                                        real == ci_lookup_real(ptsz_id), (fn),                \
+                                        (graph) ? ci_tokens_graph_cost(dev_) : cost_)))       \
+            return call;                                                                      \
+        CUresult r_ = call;                                                                   \
+        ci_gputime_end(&probe_, r_);                                                          \
+        return r_;                                                                            \
+    } while (0)
+
 CUresult ci_on_launch_kernel(void *real, CUfunction f, unsigned int gx, unsigned int gy,
                              unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
                              unsigned int shmem, CUstream stream, void **params, void **extra)
 {
-    ci_runtime_ensure();
-    ci_tokens_on_launch(ci_runtime_current_device(), ci_tokens_grid(gx, gy, gz), false, f);
-    return ((ci_launch_fn)real)(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+    CI_TOKENS_LAUNCH(ci_tokens_grid(gx, gy, gz), false, f, stream, CI_HOOK_cuLaunchKernel_ptsz,
+                     ((ci_launch_fn)real)(f, gx, gy, gz, bx, by, bz, shmem, stream, params,
+                                          extra));
 }
 
 CUresult ci_on_launch_kernel_ex(void *real, const CUlaunchConfig *config, CUfunction f,
                                 void **params, void **extra)
 {
-    ci_runtime_ensure();
     uint64_t cost = config != NULL
                         ? ci_tokens_grid(config->gridDimX, config->gridDimY, config->gridDimZ)
                         : 1;
-    ci_tokens_on_launch(ci_runtime_current_device(), cost, false, f);
-    return ((ci_launch_ex_fn)real)(config, f, params, extra);
+    CI_TOKENS_LAUNCH(cost, false, f, config != NULL ? config->hStream : NULL,
+                     CI_HOOK_cuLaunchKernelEx_ptsz,
+                     ((ci_launch_ex_fn)real)(config, f, params, extra));
 }
 
 CUresult ci_on_launch_cooperative(void *real, CUfunction f, unsigned int gx, unsigned int gy,
@@ -218,14 +241,13 @@ CUresult ci_on_launch_cooperative(void *real, CUfunction f, unsigned int gx, uns
                                   unsigned int bz, unsigned int shmem, CUstream stream,
                                   void **params)
 {
-    ci_runtime_ensure();
-    ci_tokens_on_launch(ci_runtime_current_device(), ci_tokens_grid(gx, gy, gz), false, f);
-    return ((ci_coop_fn)real)(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
+    CI_TOKENS_LAUNCH(ci_tokens_grid(gx, gy, gz), false, f, stream,
+                     CI_HOOK_cuLaunchCooperativeKernel_ptsz,
+                     ((ci_coop_fn)real)(f, gx, gy, gz, bx, by, bz, shmem, stream, params));
 }
 
 CUresult ci_on_graph_launch(void *real, CUgraphExec exec, CUstream stream)
 {
-    ci_runtime_ensure();
-    ci_tokens_on_launch(ci_runtime_current_device(), 0, true, exec);
-    return ((ci_graph_fn)real)(exec, stream);
+    CI_TOKENS_LAUNCH(0, true, exec, stream, CI_HOOK_cuGraphLaunch_ptsz,
+                     ((ci_graph_fn)real)(exec, stream));
 }

@@ -18,7 +18,7 @@ from interceptor_harness import NATIVE, VARIANTS, NativeBuild, c_cases
 # steals the CPU, a starved launcher thread shows up as a utilisation dip that belongs to the
 # machine, not to the controller. They get up to two more tries; a wrong controller fails
 # all three, and every failed try's output is kept in the assertion message.
-REAL_TIME_CASES = ("throttle_",)
+REAL_TIME_CASES = ("throttle_", "share_", "gputime_")
 TRIES = 3
 
 

@@ -6,9 +6,13 @@
 
 #include <stdint.h>
 
+#define FAKECUDA_SAMPLE_PIDS 8
+
 struct fakecuda_sample {
     uint64_t ts_us;  /* wall clock, end of the sample period */
     unsigned util;   /* percent of the period the simulated GPU was busy */
+    unsigned npids;  /* shared GPU: the processes that had work in the period */
+    unsigned pids[FAKECUDA_SAMPLE_PIDS];
 };
 
 /* Calls made to exported symbol `name` of the fake driver. */
@@ -19,6 +23,10 @@ void *fakecuda_real(const char *name);
 uint64_t fakecuda_used_bytes(void);
 /* Utilisation samples newer than last_seen_us (at most max); returns count. */
 int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, int max);
+/* 1 when FAKECUDA_SHARED_GPU made this process share the timeline. */
+int fakecuda_gpu_shared(void);
+/* Kernel time this process has put on the timeline, in ns (the truth). */
+uint64_t fakecuda_own_busy_ns(void);
 /* Sets the device cuCtxGetDevice reports for the calling thread. */
 void fakecuda_set_device(int dev);
 

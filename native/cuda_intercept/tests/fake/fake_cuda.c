@@ -5,14 +5,16 @@
  * It exports the driver entry points the interceptor wraps (every _v2, _ptds
  * and _ptsz variant), resolves them through cuGetProcAddress /
  * cuGetProcAddress_v2 by (name, version, per-thread flag) like the real
- * driver, counts calls per exported symbol, keeps fake device memory, and
- * simulates one GPU's busy time so that fake NVML (fake_nvml.c) can report
- * per-process SM utilisation that responds to throttling.
+ * driver, counts calls per exported symbol and keeps fake device memory. The
+ * simulated GPU (kernel time, utilisation samples for fake NVML, streams and
+ * events) is fake_gpu.c.
  *
  * Environment: FAKECUDA_DEVICES (1), FAKECUDA_TOTAL_MEM (16 GiB),
  * FAKECUDA_SMS (132), FAKECUDA_WAVE_NS (20000: one wave of blocks),
  * FAKECUDA_GRAPH_NS (200000), FAKENVML_SAMPLE_MS (50), FAKENVML_UTIL (fixed
- * utilisation override). Control API: fakecuda_* below.
+ * utilisation override), FAKECUDA_SHARED_GPU (a file: processes naming it
+ * share one GPU), FAKECUDA_CAPTURING (streams report a capture). Control
+ * API: fakecuda_* (fake_control.h).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,33 +23,38 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ci_cuda.h"
-#include "fake_control.h"
+#include "fake_internal.h"
 
-#define FAKE_EXPORT __attribute__((visibility("default")))
 #define DEV_BASE 0x7f0000000000ull
 #define DEV_SPAN (1ull << 44)
 
 /* ---- configuration ------------------------------------------------------- */
 
-static uint64_t env_u64(const char *name, uint64_t def)
+uint64_t env_u64(const char *name, uint64_t def)
 {
     const char *v = getenv(name);
     return (v != NULL && *v != '\0') ? strtoull(v, NULL, 10) : def;
 }
 
-static uint64_t mono_ns(void)
+uint64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t unix_us(void)
+uint64_t unix_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
 }
 
 /* ---- call counters -------------------------------------------------------- */
@@ -59,7 +66,7 @@ static struct {
 } counters[MAX_NAMES];
 static pthread_mutex_t counters_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void count_call(const char *name)
+void count_call(const char *name)
 {
     pthread_mutex_lock(&counters_lock);
     for (int i = 0; i < MAX_NAMES; i++) {
@@ -157,92 +164,6 @@ FAKE_EXPORT uint64_t fakecuda_used_bytes(void)
     return u;
 }
 
-/* ---- simulated GPU busy time -------------------------------------------- */
-
-#define SAMPLE_RING 4096
-#define FUTURE_PERIODS 64
-static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t gpu_busy_until, gpu_period_ns, gpu_period0; /* period index base time */
-static uint64_t gpu_cur_period;                             /* index of the open period */
-static uint64_t gpu_busy[FUTURE_PERIODS];                   /* busy ns per period, ring */
-static struct fakecuda_sample samples[SAMPLE_RING];
-static uint64_t samples_n;
-
-/* Closes every period that ended before `now`, producing one sample each. */
-static void gpu_advance(uint64_t now)
-{
-    if (gpu_period_ns == 0) {
-        gpu_period_ns = env_u64("FAKENVML_SAMPLE_MS", 50) * 1000000ull;
-        gpu_period0 = now;
-        gpu_cur_period = 0;
-    }
-    uint64_t idx = (now - gpu_period0) / gpu_period_ns;
-    uint64_t off_us = unix_us() - now / 1000; /* realtime = monotonic + offset */
-    const char *fixed = getenv("FAKENVML_UTIL");
-    while (gpu_cur_period < idx) {
-        uint64_t busy = gpu_busy[gpu_cur_period % FUTURE_PERIODS];
-        gpu_busy[gpu_cur_period % FUTURE_PERIODS] = 0;
-        unsigned util = (unsigned)(busy * 100 / gpu_period_ns);
-        if (util > 100)
-            util = 100;
-        if (fixed != NULL && *fixed != '\0')
-            util = (unsigned)atoi(fixed);
-        uint64_t end = gpu_period0 + (gpu_cur_period + 1) * gpu_period_ns;
-        struct fakecuda_sample *s = &samples[samples_n % SAMPLE_RING];
-        s->ts_us = end / 1000 + off_us;
-        s->util = util;
-        samples_n++;
-        gpu_cur_period++;
-    }
-}
-
-/* Puts `dur` ns of work on the timeline; blocks like a full launch queue. */
-static void gpu_submit(uint64_t dur)
-{
-    uint64_t queue_max = 2000000ull;
-    pthread_mutex_lock(&gpu_lock);
-    uint64_t now = mono_ns();
-    gpu_advance(now);
-    uint64_t start = gpu_busy_until > now ? gpu_busy_until : now;
-    uint64_t end = start + dur;
-    gpu_busy_until = end;
-    for (uint64_t t = start; t < end;) {
-        uint64_t idx = (t - gpu_period0) / gpu_period_ns;
-        uint64_t pend = gpu_period0 + (idx + 1) * gpu_period_ns;
-        uint64_t chunk = (end < pend ? end : pend) - t;
-        if (idx < gpu_cur_period + FUTURE_PERIODS)
-            gpu_busy[idx % FUTURE_PERIODS] += chunk;
-        t += chunk;
-    }
-    uint64_t queued = gpu_busy_until - now;
-    pthread_mutex_unlock(&gpu_lock);
-    if (queued > queue_max) {
-        uint64_t ns = queued - queue_max;
-        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-        nanosleep(&ts, NULL);
-    }
-}
-
-FAKE_EXPORT int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, int max)
-{
-    pthread_mutex_lock(&gpu_lock);
-    gpu_advance(mono_ns());
-    int n = 0;
-    uint64_t first = samples_n > SAMPLE_RING ? samples_n - SAMPLE_RING : 0;
-    for (uint64_t i = first; i < samples_n && n < max; i++)
-        if (samples[i % SAMPLE_RING].ts_us > last_seen_us)
-            out[n++] = samples[i % SAMPLE_RING];
-    pthread_mutex_unlock(&gpu_lock);
-    return n;
-}
-
-static void gpu_launch(uint64_t blocks)
-{
-    uint64_t sms = env_u64("FAKECUDA_SMS", 132);
-    uint64_t waves = (blocks + sms - 1) / (sms ? sms : 1);
-    gpu_submit((waves ? waves : 1) * env_u64("FAKECUDA_WAVE_NS", 20000));
-}
-
 /* ---- entry points ---------------------------------------------------------- */
 
 static __thread int current_device;
@@ -252,7 +173,6 @@ FAKE_EXPORT void fakecuda_set_device(int dev)
     current_device = dev;
 }
 
-#define F(name, params) FAKE_EXPORT CUresult name params; CUresult name params
 
 F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); return CUDA_SUCCESS; }
 F(cuDeviceGetCount, (int *count)) { *count = (int)env_u64("FAKECUDA_DEVICES", 1); return CUDA_SUCCESS; }
@@ -387,6 +307,20 @@ F(cuGetProcAddress, (const char *symbol, void **pfn, int version, cuuint64_t fla
 F(cuGetProcAddress_v2, (const char *symbol, void **pfn, int version, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status));
 
+/* Defined in fake_gpu.c. */
+CUresult cuEventCreate(CUevent *e, unsigned int flags);
+CUresult cuEventDestroy_v2(CUevent e);
+CUresult cuEventRecord(CUevent e, CUstream s);
+CUresult cuEventRecord_ptsz(CUevent e, CUstream s);
+CUresult cuEventQuery(CUevent e);
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b);
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b);
+CUresult cuStreamQuery(CUstream s);
+CUresult cuStreamQuery_ptsz(CUstream s);
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st);
+CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st);
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+
 struct entry {
     const char *name, *base;
     int version, per_thread;
@@ -431,6 +365,14 @@ static const struct entry table[] = {
     E(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0), E(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1),
     E(cuMemcpy3D_v2, cuMemcpy3D, 3020, 0), E(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, 1),
     E(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0), E(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1),
+    E(cuEventCreate, cuEventCreate, 2000, 0), E(cuEventDestroy_v2, cuEventDestroy, 4000, 0),
+    E(cuEventRecord, cuEventRecord, 2000, 0), E(cuEventRecord_ptsz, cuEventRecord, 7000, 1),
+    E(cuEventQuery, cuEventQuery, 2000, 0), E(cuEventElapsedTime, cuEventElapsedTime, 2000, 0),
+    E(cuEventElapsedTime_v2, cuEventElapsedTime, 12080, 0),
+    E(cuStreamQuery, cuStreamQuery, 2000, 0), E(cuStreamQuery_ptsz, cuStreamQuery, 7000, 1),
+    E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
+    E(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1),
+    E(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0),
 };
 
 /* Like the driver: the newest ABI of `symbol` not newer than `version`, the
@@ -493,12 +435,12 @@ static void fake_prepare(void)
 {
     pthread_mutex_lock(&counters_lock);
     pthread_mutex_lock(&mem_lock);
-    pthread_mutex_lock(&gpu_lock);
+    gpu_lock_for_fork();
 }
 
 static void fake_after(void)
 {
-    pthread_mutex_unlock(&gpu_lock);
+    gpu_unlock_after_fork();
     pthread_mutex_unlock(&mem_lock);
     pthread_mutex_unlock(&counters_lock);
 }

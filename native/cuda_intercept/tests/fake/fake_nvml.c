@@ -80,15 +80,26 @@ N(nvmlDeviceGetProcessUtilization, (nvmlDevice_t dev, nvmlProcessUtilizationSamp
         *count = (unsigned)n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
+    /* A private GPU names the caller in every sample; a shared one names each
+     * process that had work in the period, with the device's utilisation. */
     const char *off = getenv("FAKENVML_PID_OFFSET");
-    unsigned pid = (unsigned)getpid() + (off ? (unsigned)atoi(off) : 0);
+    unsigned offset = off ? (unsigned)atoi(off) : 0, self = (unsigned)getpid();
+    int shared = fakecuda_gpu_shared();
+    unsigned m = 0;
     for (int i = 0; i < n; i++) {
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].pid = pid;
-        out[i].timeStamp = s[i].ts_us;
-        out[i].smUtil = s[i].util;
+        unsigned npids = shared ? s[i].npids : 1;
+        for (unsigned k = 0; k < npids; k++, m++) {
+            if (m >= *count) {
+                *count = m + 1;
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            memset(&out[m], 0, sizeof out[m]);
+            out[m].pid = (shared ? s[i].pids[k] : self) + offset;
+            out[m].timeStamp = s[i].ts_us;
+            out[m].smUtil = s[i].util;
+        }
     }
-    *count = (unsigned)n;
+    *count = m;
     return NVML_SUCCESS;
 }
 

@@ -1,0 +1,225 @@
+/*
+ * ci_gputime.c — meters the GPU time of this process's kernels.
+ *
+ * Why: on a time-sliced GPU (no MPS) NVML's per-process utilisation reports
+ * the device's utilisation for every process that has a context — measured on
+ * an H200, two processes at true shares of 30 % and 48 % both read 96 % — so
+ * it cannot tell a co-located workload its share. The interceptor measures it
+ * itself: while a compute limit is active it times a sample of its launches
+ * with a pair of CUDA events around the kernel (at most one new sample per
+ * CI_GPUTIME_INTERVAL_NS), and the monitor turns
+ *     sampled GPU ns per token x tokens per second of all launches
+ * into the workload's share of the GPU.
+ *
+ * Only a launch into a stream that is still busy is timed: its start event
+ * then fires when the previous work ends, so the pair spans the kernel and not
+ * the host's launch latency. A stream being captured into a graph is never
+ * touched. Another context's time slice falling between the two events
+ * inflates a sample; each (function, grid) key keeps its shortest recent
+ * duration, and a sample counts at most CI_GPUTIME_CLIP times that.
+ *
+ * Events are created, queried and destroyed by launching threads only (the
+ * monitor never calls the driver), with the thread's stream-capture mode set
+ * to relaxed around those calls so that a capture elsewhere is not disturbed.
+ */
+#include "ci_internal.h"
+
+#define CI_GPUTIME_INFLIGHT 8
+#define CI_GPUTIME_INTERVAL_NS 2000000ull /* at most ~500 samples/s */
+#define CI_GPUTIME_GATE_MASK 15u          /* the clock is read every 16th launch */
+#define CI_GPUTIME_KEYS 256
+#define CI_GPUTIME_CLIP 2.0
+#define CI_GPUTIME_DRIFT 32 /* a key's shortest duration rises 1/32 per longer sample */
+
+enum { CI_GPUTIME_FREE, CI_GPUTIME_OWNED, CI_GPUTIME_PENDING };
+
+struct ci_gputime_sample {
+    _Atomic int state;
+    int dev;
+    CUevent start, end;
+    uint64_t key, cost;
+};
+
+struct ci_gputime_key {
+    uint64_t key;
+    double shortest_ns;
+};
+
+static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
+static struct ci_gputime_key ci_gputime_keys[CI_GPUTIME_KEYS];
+static atomic_flag ci_gputime_polling = ATOMIC_FLAG_INIT;
+static _Atomic int ci_gputime_enabled;
+static _Atomic uint64_t ci_gputime_next_ns;
+static struct {
+    _Atomic uint64_t ns, cost, samples;
+} ci_gputime_acc[CI_MAX_DEVICES];
+/* Initial-exec TLS: the library is preloaded, and needs nothing from ld.so. */
+static __thread unsigned ci_gputime_gate __attribute__((tls_model("initial-exec")));
+
+void ci_gputime_enable(bool on)
+{
+    atomic_store_explicit(&ci_gputime_enabled, on ? 1 : 0, memory_order_relaxed);
+}
+
+void ci_gputime_read(int dev, struct ci_gputime_totals *out)
+{
+    out->ns = atomic_load_explicit(&ci_gputime_acc[dev].ns, memory_order_relaxed);
+    out->cost = atomic_load_explicit(&ci_gputime_acc[dev].cost, memory_order_relaxed);
+    out->samples = atomic_load_explicit(&ci_gputime_acc[dev].samples, memory_order_relaxed);
+}
+
+static bool ci_gputime_driver_ok(void)
+{
+    return ci_driver.cuEventCreate != NULL && ci_driver.cuEventRecord != NULL &&
+           ci_driver.cuEventQuery != NULL && ci_driver.cuEventElapsedTime != NULL &&
+           ci_driver.cuEventDestroy != NULL && ci_driver.cuStreamQuery != NULL &&
+           ci_driver.cuStreamIsCapturing != NULL &&
+           ci_driver.cuThreadExchangeStreamCaptureMode != NULL;
+}
+
+/* Counts one finished sample: clipped to CI_GPUTIME_CLIP x its key's shortest. */
+static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
+{
+    struct ci_gputime_key *k = &ci_gputime_keys[(key * 0x9E3779B97F4A7C15ull) >> 56];
+    double counted = ns;
+    if (k->key != key || k->shortest_ns <= 0.0) {
+        k->key = key;
+        k->shortest_ns = ns;
+    } else {
+        if (counted > CI_GPUTIME_CLIP * k->shortest_ns)
+            counted = CI_GPUTIME_CLIP * k->shortest_ns;
+        if (ns < k->shortest_ns)
+            k->shortest_ns = ns;
+        else
+            k->shortest_ns += (ns < 2.0 * k->shortest_ns ? ns - k->shortest_ns : k->shortest_ns) /
+                              CI_GPUTIME_DRIFT;
+    }
+    atomic_fetch_add_explicit(&ci_gputime_acc[dev].ns, (uint64_t)counted, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ci_gputime_acc[dev].cost, cost, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ci_gputime_acc[dev].samples, 1, memory_order_relaxed);
+}
+
+/* Collects the finished samples of `dev`. One thread at a time; others skip. */
+static void ci_gputime_poll(int dev)
+{
+    if (atomic_flag_test_and_set_explicit(&ci_gputime_polling, memory_order_acquire))
+        return;
+    for (int i = 0; i < CI_GPUTIME_INFLIGHT; i++) {
+        struct ci_gputime_sample *s = &ci_gputime_samples[i];
+        int expected = CI_GPUTIME_PENDING;
+        if (!atomic_compare_exchange_strong(&s->state, &expected, CI_GPUTIME_OWNED))
+            continue;
+        CUresult r = s->dev == dev ? ci_driver.cuEventQuery(s->end) : CUDA_ERROR_NOT_READY;
+        if (r == CUDA_ERROR_NOT_READY) {
+            atomic_store(&s->state, CI_GPUTIME_PENDING);
+            continue;
+        }
+        float ms = -1.0f;
+        if (r == CUDA_SUCCESS &&
+            ci_driver.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0.0f)
+            ci_gputime_account(dev, s->key, s->cost, (double)ms * 1e6);
+        atomic_store(&s->state, CI_GPUTIME_FREE);
+    }
+    atomic_flag_clear_explicit(&ci_gputime_polling, memory_order_release);
+}
+
+/* A free sample slot whose events belong to `dev` (created when missing). */
+static struct ci_gputime_sample *ci_gputime_claim(int dev)
+{
+    for (int i = 0; i < CI_GPUTIME_INFLIGHT; i++) {
+        struct ci_gputime_sample *s = &ci_gputime_samples[i];
+        int expected = CI_GPUTIME_FREE;
+        if (!atomic_compare_exchange_strong(&s->state, &expected, CI_GPUTIME_OWNED))
+            continue;
+        if (s->start != NULL && s->dev != dev) {
+            ci_driver.cuEventDestroy(s->start);
+            ci_driver.cuEventDestroy(s->end);
+            s->start = s->end = NULL;
+        }
+        if (s->start == NULL) {
+            if (ci_driver.cuEventCreate(&s->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+                s->start = NULL;
+                atomic_store(&s->state, CI_GPUTIME_FREE);
+                return NULL;
+            }
+            if (ci_driver.cuEventCreate(&s->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+                ci_driver.cuEventDestroy(s->start);
+                s->start = s->end = NULL;
+                atomic_store(&s->state, CI_GPUTIME_FREE);
+                return NULL;
+            }
+        }
+        s->dev = dev;
+        return s;
+    }
+    return NULL;
+}
+
+bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, bool per_thread,
+                      const void *fn, uint64_t cost)
+{
+    if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
+        (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0)
+        return false;
+    uint64_t now = ci_now_ns();
+    uint64_t next = atomic_load_explicit(&ci_gputime_next_ns, memory_order_relaxed);
+    if (now < next ||
+        !atomic_compare_exchange_strong(&ci_gputime_next_ns, &next, now + CI_GPUTIME_INTERVAL_NS) ||
+        !ci_gputime_driver_ok())
+        return false;
+    if (stream == NULL && per_thread)
+        stream = CU_STREAM_PER_THREAD;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (ci_driver.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return false;
+    ci_gputime_poll(dev);
+    struct ci_gputime_sample *s = NULL;
+    CUstreamCaptureStatus capture = -1;
+    if (ci_driver.cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS &&
+        capture == CU_STREAM_CAPTURE_STATUS_NONE &&
+        ci_driver.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY)
+        s = ci_gputime_claim(dev);
+    if (s != NULL && ci_driver.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
+        atomic_store(&s->state, CI_GPUTIME_FREE);
+        s = NULL;
+    }
+    ci_driver.cuThreadExchangeStreamCaptureMode(&mode);
+    if (s == NULL)
+        return false;
+    s->key = (uint64_t)(uintptr_t)fn ^ (cost * 0xC2B2AE3D27D4EB4Full);
+    s->cost = cost;
+    p->sample = s;
+    p->stream = stream;
+    return true;
+}
+
+void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched)
+{
+    struct ci_gputime_sample *s = p->sample;
+    int next = CI_GPUTIME_FREE;
+    if (launched == CUDA_SUCCESS) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (ci_driver.cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS) {
+            if (ci_driver.cuEventRecord(s->end, p->stream) == CUDA_SUCCESS)
+                next = CI_GPUTIME_PENDING;
+            ci_driver.cuThreadExchangeStreamCaptureMode(&mode);
+        }
+    }
+    atomic_store(&s->state, next);
+}
+
+void ci_gputime_after_fork_child(void)
+{
+    /* The parent's events and contexts are not usable here: forget them. */
+    for (int i = 0; i < CI_GPUTIME_INFLIGHT; i++) {
+        struct ci_gputime_sample *s = &ci_gputime_samples[i];
+        s->start = s->end = NULL;
+        atomic_store(&s->state, CI_GPUTIME_FREE);
+    }
+    atomic_flag_clear(&ci_gputime_polling);
+    for (int d = 0; d < CI_MAX_DEVICES; d++) {
+        atomic_store(&ci_gputime_acc[d].ns, 0);
+        atomic_store(&ci_gputime_acc[d].cost, 0);
+        atomic_store(&ci_gputime_acc[d].samples, 0);
+    }
+}

@@ -1,0 +1,140 @@
+/*
+ * test_share — compute limits of workloads that time-share one GPU.
+ *
+ *   test_share pair A B   two workloads (own workspaces) on one shared fake GPU
+ *                         with limits A % and B %. Fake NVML reports the
+ *                         device's utilisation for both, as a time-sliced H200
+ *                         does, so only the interceptor's own GPU-time samples
+ *                         can tell each its share. After 2.5 s of settling
+ *                         each one's true share over 2 s (the kernel time it
+ *                         put on the GPU) must be within 5 points of its limit.
+ *   test_share sampling   one limited process: launches are timed with events,
+ *                         at most one new sample per 2 ms; a stream under
+ *                         capture (FAKECUDA_CAPTURING) never gets an event.
+ */
+#include <math.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "ci_test.h"
+
+CUresult cuEventRecord(CUevent e, CUstream s);
+
+#define SETTLE_S 2.5
+#define MEASURE_S 2.0
+
+/* Launches 2-wave kernels as fast as the limit allows; prints its share. */
+static int child(int target, const char *result)
+{
+    CHECK_CU(cuInit(0));
+    double start = ct_now_s(), t0 = 0;
+    uint64_t busy0 = 0;
+    while (ct_now_s() - start < SETTLE_S + MEASURE_S) {
+        if (t0 == 0 && ct_now_s() - start >= SETTLE_S) {
+            t0 = ct_now_s();
+            busy0 = fakecuda_own_busy_ns();
+        }
+        CHECK_CU(cuLaunchKernel((CUfunction)0x2000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+    }
+    double share = 100.0 * (double)(fakecuda_own_busy_ns() - busy0) / ((ct_now_s() - t0) * 1e9);
+    struct fakecuda_sample s[512];
+    int n = fakecuda_samples_since(0, s, 512);
+    struct ci_region_slot *sl = ct_slot_of(ct_region(), getpid());
+    FILE *f = fopen(result, "w");
+    CHECK(f != NULL, "cannot write %s", result);
+    fprintf(f, "%d %.2f %u %u\n", target, share, n > 0 ? s[n - 1].util : 0,
+            sl != NULL ? sl->dev[0].sm_util_percent : 0);
+    fclose(f);
+    return 0;
+}
+
+static void pair(int a, int b)
+{
+    const char *ws = getenv("ALNAIR_WORKSPACE");
+    char gpu[1024], dir[2][1024], result[2][1024];
+    snprintf(gpu, sizeof gpu, "%s/shared-gpu", ws);
+    int targets[2] = {a, b};
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir[i], sizeof dir[i], "%s/w%d", ws, i);
+        snprintf(result[i], sizeof result[i], "%s/result%d", ws, i);
+        mkdir(dir[i], 0700);
+        char limit[16];
+        snprintf(limit, sizeof limit, "%d", targets[i]);
+        pids[i] = fork();
+        CHECK(pids[i] >= 0, "fork");
+        if (pids[i] == 0) {
+            setenv("ALNAIR_WORKSPACE", dir[i], 1);
+            setenv("ALNAIR_VGPU_COMPUTE_PERCENT", limit, 1);
+            setenv("FAKECUDA_SHARED_GPU", gpu, 1);
+            execl("/proc/self/exe", "test_share", "child", limit, result[i], (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int st = 0;
+        CHECK(waitpid(pids[i], &st, 0) == pids[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "workload %d failed (status %d)", i, st);
+    }
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(result[i], "r");
+        CHECK(f != NULL, "no result from workload %d", i);
+        int target = 0;
+        double share = 0;
+        unsigned nvml = 0, published = 0;
+        CHECK(fscanf(f, "%d %lf %u %u", &target, &share, &nvml, &published) == 4, "result");
+        fclose(f);
+        printf("limit %d%%: true share %.1f%%, NVML per-process %u%%, published %u%%\n", target,
+               share, nvml, published);
+        CHECK(fabs(share - target) <= 5.0, "share %.1f vs limit %d", share, target);
+        CHECK(abs((int)published - target) <= 10, "published %u vs limit %d", published, target);
+    }
+    printf("ok co-located shares held to their limits\n");
+}
+
+static unsigned long launch_for(double seconds)
+{
+    unsigned long n = 0;
+    double start = ct_now_s();
+    while (ct_now_s() - start < seconds) {
+        CHECK_CU(cuLaunchKernel((CUfunction)0x3000, 132, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+        n++;
+    }
+    return n;
+}
+
+static void sampling(void)
+{
+    ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", "50");
+    CHECK_CU(cuInit(0));
+    ct_sleep_ms(150); /* the monitor's first control step turns sampling on */
+    unsigned long before = fakecuda_calls("cuEventRecord");
+    double start = ct_now_s();
+    unsigned long launches = launch_for(1.0);
+    double secs = ct_now_s() - start;
+    unsigned long records = fakecuda_calls("cuEventRecord") - before;
+    printf("%lu launches, %lu event records in %.2f s\n", launches, records, secs);
+    CHECK(records >= 20, "only %lu event records: launches are not being timed", records);
+    CHECK(records <= 2 * (unsigned long)(secs / 0.002) + 4, "%lu records: not rate-limited", records);
+    CHECK(fakecuda_calls("cuEventElapsedTime_v2") > 0, "samples were never read back");
+    setenv("FAKECUDA_CAPTURING", "1", 1);
+    before = fakecuda_calls("cuEventRecord");
+    unsigned long checks = fakecuda_calls("cuStreamIsCapturing");
+    launch_for(0.3);
+    CHECK(fakecuda_calls("cuStreamIsCapturing") > checks, "capture state never checked");
+    CHECK(fakecuda_calls("cuEventRecord") == before, "an event was recorded into a capturing stream");
+    printf("ok launches sampled, rate-limited, never inside a capture\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "child") == 0)
+        return child(atoi(argv[2]), argv[3]);
+    if (argc == 4 && strcmp(argv[1], "pair") == 0)
+        pair(atoi(argv[2]), atoi(argv[3]));
+    else if (argc == 2 && strcmp(argv[1], "sampling") == 0)
+        sampling();
+    else
+        CHECK(0, "usage: test_share pair A B | sampling");
+    return 0;
+}
