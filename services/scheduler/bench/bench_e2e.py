@@ -324,7 +324,7 @@ def main() -> None:
         asyncio.run(inventories())
         time.sleep(3)  # both services connected and replayed (their logs say so)
         spies = [subprocess.Popen([str(args.py_spy), "record", "--nonblocking",
-                                   "--format", "raw", "--rate", "50", "-p", str(p.pid),
+                                   "--format", "raw", "--rate", "100", "-p", str(p.pid),
                                    "-o", str(work / f"{p.name}.stacks")],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for p in (bridge, sched)] if args.py_spy else []
