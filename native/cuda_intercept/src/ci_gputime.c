@@ -155,8 +155,8 @@ static struct ci_gputime_sample *ci_gputime_claim(int dev)
     return NULL;
 }
 
-bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, bool per_thread,
-                      const void *fn, uint64_t cost)
+bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
+                      ci_hook_id ptsz_id, const void *fn, uint64_t cost)
 {
     if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
         (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0)
@@ -167,8 +167,8 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, bool
         !atomic_compare_exchange_strong(&ci_gputime_next_ns, &next, now + CI_GPUTIME_INTERVAL_NS) ||
         !ci_gputime_driver_ok())
         return false;
-    if (stream == NULL && per_thread)
-        stream = CU_STREAM_PER_THREAD;
+    if (stream == NULL && real == ci_lookup_real(ptsz_id))
+        stream = CU_STREAM_PER_THREAD; /* a _ptsz launch: 0 is the thread's default stream */
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (ci_driver.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
         return false;

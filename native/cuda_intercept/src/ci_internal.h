@@ -212,11 +212,12 @@ struct ci_gputime_probe {
     struct ci_gputime_sample *sample;
     CUstream stream;
 };
-/* Before a launch of `cost` tokens of `fn` into `stream` (per_thread: the
- * launch came through a _ptsz entry point). Returns true when this launch is
- * timed: call ci_gputime_end with the launch's result right after it. */
-bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, bool per_thread,
-                      const void *fn, uint64_t cost);
+/* Before a launch of `cost` tokens of `fn` into `stream` through the real
+ * entry point `real` (`ptsz_id`: that entry point's _ptsz variant, whose
+ * stream 0 is the per-thread default stream). Returns true when this launch
+ * is timed: call ci_gputime_end with the launch's result right after it. */
+bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
+                      ci_hook_id ptsz_id, const void *fn, uint64_t cost);
 void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched);
 /* Sums over the finished samples of `dev`: GPU ns (clipped), tokens, count. */
 struct ci_gputime_totals {

@@ -207,8 +207,7 @@ static uint64_t ci_tokens_grid(unsigned gx, unsigned gy, unsigned gz)
         uint64_t cost_ = (cost);                                                              \
         ci_tokens_on_launch(dev_, cost_, (graph), (fn));                                      \
         struct ci_gputime_probe probe_;                                                       \
-        if (CI_LIKELY(!ci_gputime_begin(&probe_, dev_, (stream),                              \
-                                        real == ci_lookup_real(ptsz_id), (fn),                \
+        if (CI_LIKELY(!ci_gputime_begin(&probe_, dev_, (stream), real, (ptsz_id), (fn),       \
                                         (graph) ? ci_tokens_graph_cost(dev_) : cost_)))       \
             return call;                                                                      \
         CUresult r_ = call;                                                                   \
