@@ -55,6 +55,10 @@ class Engine:
         self._bind_failures: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.unannounced: dict[str, tuple[Workload, Assignment, str]] = {}
+        # Placements whose decision is being published right now (not by ``announce``).
+        self._announcing: set[str] = set()
+        self._announce_tasks: set[asyncio.Task[None]] = set()
+        self._announce_slots = asyncio.Semaphore(64)
         self.active = False
         self.kick = asyncio.Event()
 
@@ -244,9 +248,49 @@ class Engine:
         await self.announce()
 
     async def announce(self) -> None:
-        for uid, (w, a, group) in list(self.unannounced.items()):
+        """Publish every committed placement not yet announced (and not being announced)."""
+        for uid, entry in list(self.unannounced.items()):
+            if uid in self._announcing:
+                continue
+            w, a, group = entry
             await self.outbox.bind(w.ref, a, group)
+            if self.unannounced.get(uid) is entry:
+                self.unannounced.pop(uid, None)
+
+    def _announce_soon(self, uid: str) -> None:
+        """Publish ``uid``'s decision without holding the cycle up for the bus's ack.
+
+        The share is committed in KV already, so the decision is safe to publish whenever:
+        the cycle goes on placing the next workload (a burst is placed at the pace of the
+        commits, not commits plus publishes). A publish that fails leaves the placement in
+        ``unannounced`` for the next cycle; a crash leaves it for the restarted scheduler's
+        replay, as before.
+        """
+        entry = self.unannounced.get(uid)
+        if entry is None or uid in self._announcing:
+            return
+        self._announcing.add(uid)
+        task = asyncio.create_task(self._announce_one(uid, entry), name=f"announce:{uid}")
+        self._announce_tasks.add(task)
+        task.add_done_callback(self._announce_tasks.discard)
+
+    async def _announce_one(self, uid: str, entry: tuple[Workload, Assignment, str]) -> None:
+        w, a, group = entry
+        try:
+            async with self._announce_slots:
+                await self.outbox.bind(w.ref, a, group)
+        except Exception as e:  # noqa: BLE001 - the next cycle announces it again
+            log.warning("announcing a placement failed; the next cycle retries",
+                        workload=str(w.ref), error=str(e))
+            self.kick.set()
+            return
+        finally:
+            self._announcing.discard(uid)
+        current = self.unannounced.get(uid)
+        if current is entry:
             self.unannounced.pop(uid, None)
+        elif current is not None:
+            self.kick.set()  # placed again meanwhile (a failed bind): announce the new one
 
     def profile_of(self, w: Workload) -> Profile:
         return Profile.parse(w.profile) if w.profile else self.default_profile
@@ -315,8 +359,7 @@ class Engine:
                        share.compute_percent, profile, now)
         self.unannounced[w.ref.uid] = (w, a, pod_group)
         if announce:  # at once: latency is per pod, not per cycle
-            await self.outbox.bind(w.ref, a, pod_group)
-            self.unannounced.pop(w.ref.uid, None)
+            self._announce_soon(w.ref.uid)
         return True
 
     async def _place_gang(self, key: str) -> bool:
