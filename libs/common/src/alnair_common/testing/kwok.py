@@ -181,6 +181,7 @@ def bind_pod(api_client: k8s.ApiClient, namespace: str, pod: str, node: str) -> 
                          target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node))
     response = k8s.CoreV1Api(api_client).create_namespaced_binding(
         namespace, body, _preload_content=False)
+    response.read()  # to the end, so the connection can go back to the pool
     response.release_conn()
 
 
