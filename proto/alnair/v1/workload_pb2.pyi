@@ -178,9 +178,10 @@ class Workload(_message.Message):
 
     @_builtins.property
     def environment(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Local workloads, on `alnair.workload.submit` only: the submitting shell's environment
-        (without ALNAIR_*, CUDA_VISIBLE_DEVICES and LD_PRELOAD, which the agent sets). The agent
-        never republishes it in lifecycle events.
+        """Deprecated, kept for older `alnair run` clients: the submitting shell's environment.
+        `alnair run` now writes it to the workload's workspace (environment.json, owner-only)
+        instead, because the bus keeps submissions in JetStream for anyone subscribed to read.
+        The agent reads the workspace first and never republishes this field.
         """
 
     def __init__(

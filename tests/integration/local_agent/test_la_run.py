@@ -15,7 +15,7 @@ from la_support import NODE, SIM_GPU0, alnair, events_of, run_cli
 
 from alnair.v1 import inventory_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, TypedKV, ensure_streams
+from alnair_common import Bus, TypedKV, ensure_streams, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 
@@ -36,10 +36,18 @@ async def test_run_goes_pending_running_succeeded_with_the_device_plugin_environ
     data_dir = tmp_path / "data"
     workdir = tmp_path / "project"
     workdir.mkdir()
+    submitted: list[wl.Workload] = []
+
+    async def on_submit(_subject: str, w: wl.Workload) -> None:
+        submitted.append(w)
+
+    await bus.subscribe(subjects.workload_submit(), wl.Workload, on_submit)
     done = await run_cli(cli_args(nats_server, data_dir, "--gpu-memory", "8", "--gpu-compute",
                                   "30", "--name", "envcheck", "--", "python", "-c", ENV_PROBE),
                          cwd=workdir, env={"MY_SETTING": "kept", "ALNAIR_SECRET_OF_CLI": "x"})
     assert done.returncode == 0, done.stderr
+    # The shell's environment reached the command through the workspace, never the bus.
+    assert submitted and all(not w.environment for w in submitted)
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     [uid] = scheduler.bound
     workspace = data_dir / "workloads" / uid
@@ -49,6 +57,9 @@ async def test_run_goes_pending_running_succeeded_with_the_device_plugin_environ
         "ALNAIR_WORKSPACE": str(workspace), "ALNAIR_WORKLOAD_ID": uid,
         "MY_SETTING": "kept", "ALNAIR_SECRET_OF_CLI": None,
     }
+    env_file = workspace / "environment.json"
+    assert json.loads(env_file.read_text())["MY_SETTING"] == "kept"
+    assert env_file.stat().st_mode & 0o077 == 0  # the submitter's secrets: owner only
     limits = (workspace / "limits").read_text()
     assert f"memory_bytes = {8 << 30}" in limits and "compute_percent = 30" in limits
     assert f"workload_id = {uid}" in limits

@@ -24,7 +24,7 @@ def test_bad_input_is_refused(command, memory, compute, name, message) -> None:
         RunRequest.build(command, memory, compute, name)
 
 
-def test_request_carries_the_shell_but_not_alnair_or_gpu_variables(
+def test_request_forwards_the_shell_but_not_alnair_or_gpu_variables_and_not_on_the_bus(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_VAR", "1")
     monkeypatch.setenv("ALNAIR_NATS_TOKEN", "secret")
@@ -34,8 +34,10 @@ def test_request_carries_the_shell_but_not_alnair_or_gpu_variables(
     w = request.to_proto()
     assert w.ref.mode == common_pb2.MODE_LOCAL and list(w.command) == ["/usr/bin/Python3.11", "x.py"]
     assert (w.request.memory_gib, w.request.compute_percent) == (8, 30)
-    assert w.environment["MY_VAR"] == "1"
-    assert "ALNAIR_NATS_TOKEN" not in w.environment and "CUDA_VISIBLE_DEVICES" not in w.environment
+    assert not w.environment  # the submission is on the bus: the environment goes via the workspace
+    env = request.environment()
+    assert env["MY_VAR"] == "1"
+    assert "ALNAIR_NATS_TOKEN" not in env and "CUDA_VISIBLE_DEVICES" not in env
 
 
 def test_ps_row_shows_assignment_or_request() -> None:

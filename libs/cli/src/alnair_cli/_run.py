@@ -74,9 +74,12 @@ class RunRequest:
             scheduler_name="alnair-scheduler", phase=phase, command=self.command,
             working_dir=os.getcwd())
         w.created_at.GetCurrentTime()
-        w.environment.update({k: v for k, v in os.environ.items()
-                              if not k.startswith(_NOT_FORWARDED)})
         return w
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """The shell's environment the workload starts with (the agent sets the rest)."""
+        return {k: v for k, v in os.environ.items() if not k.startswith(_NOT_FORWARDED)}
 
 
 class Runner:
@@ -110,6 +113,8 @@ class Runner:
         interrupted: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda s=sig: self._forward(s, interrupted))
+        # The environment goes through the workspace, never the bus (secrets live there).
+        self.workspace.write_environment(self.request.environment())
         await self.bus.publish(subjects.workload_submit(), self.request.to_proto(),
                                msg_id=f"submit:{self.request.uid}")
         self.say(f"submitted {self.request.name} ({self.request.uid[:8]}): "

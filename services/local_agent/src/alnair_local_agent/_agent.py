@@ -120,7 +120,7 @@ class Agent:
         workspace.write_limits(memory_gib=a.memory_gib, compute_percent=a.compute_percent,
                                workload_id=d.workload.uid)
         await self.lifecycle.publish(bound)
-        env = workload_env(dict(submission.environment) or dict(os.environ),
+        env = workload_env(self._environment(submission, workspace),
                            gpu_uuid=a.gpu_uuid, memory_gib=a.memory_gib,
                            compute_percent=a.compute_percent, workspace=workspace,
                            workload_id=d.workload.uid, interceptor=self.interceptor)
@@ -230,6 +230,18 @@ class Agent:
         for task in self.watchers.values():
             task.cancel()
         await asyncio.gather(*self.watchers.values(), return_exceptions=True)
+
+    def _environment(self, submission: wl.Workload, workspace: Workspace) -> dict[str, str]:
+        """The submitter's environment: the workspace's copy (``alnair run``), else the one an
+        older client sent on the bus, else the agent's own."""
+        env = workspace.environment()
+        if env is not None:
+            return env
+        if submission.environment:
+            return dict(submission.environment)
+        log.warning("no submitter environment in the workspace; the agent's own is used",
+                    workload=submission.ref.uid, workspace=str(workspace.path))
+        return dict(os.environ)
 
     def _public(self, base: wl.Workload, phase: int, message: str) -> wl.Workload:
         out = wl.Workload()

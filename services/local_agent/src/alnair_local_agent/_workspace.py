@@ -1,13 +1,16 @@
 """A workload's directory: what the agent, the interceptor and `alnair run`/`logs` share.
 
-``<data dir>/workloads/<uid>/`` holds ``submission.pb`` (the Workload as submitted, with its
-environment, never published again), ``limits`` (read by the interceptor; it wins over the
+``<data dir>/workloads/<uid>/`` holds ``environment.json`` (the submitting shell's
+environment, written by ``alnair run`` before it submits, readable by its user only: it
+never travels on the bus, where JetStream would keep it and anyone subscribed would see it),
+``submission.pb`` (the Workload as submitted), ``limits`` (read by the interceptor; it wins over the
 environment), ``output.log`` (stdout and stderr), ``pid`` (the reaper's pid and start time,
 to recognise it after an agent restart) and ``exit_code`` (written by the reaper).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,21 @@ class Workspace:
     def create(self, submission: wl.Workload) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         _write(self.path / "submission.pb", submission.SerializeToString())
+
+    def write_environment(self, env: dict[str, str]) -> None:
+        """The submitter's environment, for the agent to start the command with (mode 0600)."""
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write(self.path / "environment.json", json.dumps(env).encode(), mode=0o600)
+
+    def environment(self) -> dict[str, str] | None:
+        """What ``write_environment`` left; None when absent or unreadable."""
+        try:
+            env = json.loads((self.path / "environment.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(env, dict):
+            return None
+        return {str(k): str(v) for k, v in env.items()}
 
     def submission(self) -> wl.Workload | None:
         try:
@@ -88,7 +106,10 @@ def still_running(pid: int, started: str) -> bool:
     return fields[19] == started and fields[0] != "Z"
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)  # an older tmp file keeps its mode through O_CREAT
     os.replace(tmp, path)
