@@ -15,37 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import ALNAIR, alive, nats_server_pids
 
 from alnair.v1 import inventory_pb2, platform_pb2
 from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
-
-ALNAIR = [sys.executable, "-m", "alnair_cli"]
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def nats_server_pids(port: int) -> list[int]:
-    """nats-server processes started for ``port`` (alnair names them alnair-<port>)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"nats-server") and f"alnair-{port}".encode() in argv:
-            found.append(int(entry.name))
-    return found
 
 
 def status(data_dir: Path) -> subprocess.CompletedProcess[str]:

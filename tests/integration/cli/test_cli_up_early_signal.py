@@ -6,31 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import ALNAIR, nats_server_pids
 
 from alnair_common.natsd import free_port
-
-ALNAIR = [sys.executable, "-m", "alnair_cli"]
-
-
-def nats_server_pids(port: int) -> list[int]:
-    """Live nats-server processes started for ``port`` (alnair names them alnair-<port>)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"nats-server") and f"alnair-{port}".encode() in argv and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.timeout(120)
