@@ -108,6 +108,18 @@ def _die_with_parent() -> None:
     _LIBC.prctl(1, signal.SIGTERM)
 
 
+def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def alive(pid: int) -> bool:
     """A process that exists and is not a zombie."""
     try:
@@ -459,14 +471,8 @@ class Demo:
 
     def _stop_launch(self, la: Launch) -> None:
         """SIGTERM to `alnair run` reaches the workload's process group (it forwards it)."""
-        if la.proc is None or la.proc.poll() is not None:
-            return
-        la.proc.terminate()
-        try:
-            la.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            la.proc.kill()
-            la.proc.wait(5)
+        if la.proc is not None:
+            terminate(la.proc, 10)
 
     def launches_for(self, kind: str, rep: int) -> list[Launch]:
         tag = {"seq": "a", "shared": "s", "oom": "m"}[kind]
@@ -686,12 +692,7 @@ class Demo:
             self.ps_proc[0].wait(5)
         if self.events is not None:
             self._ingest_events()
-            self.events.terminate()
-            try:
-                self.events.wait(5)
-            except subprocess.TimeoutExpired:
-                self.events.kill()
-                self.events.wait(5)
+            terminate(self.events, 5)
         if self.up is not None and self.up.poll() is None:
             self.up.terminate()
             try:
