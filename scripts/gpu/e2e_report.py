@@ -103,7 +103,8 @@ _ENVIRONMENT = re.compile(r' ?environment \{ key: "(?:[^"\\]|\\.)*" value: "(?:[
 
 
 def redact(line: str) -> str:
-    """The submitter's environment travels with each submission: keep it out of the report."""
+    """Older `alnair run` clients sent the submitter's environment with each submission (it now
+    goes through the workspace): keep any such copy out of the report."""
     return _ENVIRONMENT.sub("", line)
 
 

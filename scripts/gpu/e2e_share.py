@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +50,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_procs import (  # noqa: E402
+    alive,
+    ancestors,
+    die_with_parent,
+    free_port,
+    processes_mentioning,
+    signal_group,
+    terminate,
+    wait_gone,
+)
 from e2e_report import (  # noqa: E402
     PS_PERIOD_S,
     SAMPLE_PERIOD_S,
@@ -95,86 +103,6 @@ class Interrupted(Exception):
 
 class SetupError(Exception):
     """The run cannot start (missing interceptor, modules or GPU); the message says what to do."""
-
-
-# --- children -------------------------------------------------------------------------------
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGTERM): a child outlives no SIGKILLed orchestrator (this
-    script spawns from its one thread only, so a pre-exec function is safe here)."""
-    _LIBC.prctl(1, signal.SIGTERM)
-
-
-def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, then SIGKILL if it has not ended within ``grace`` seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line or environment contains ``text``."""
-    found, needle = [], text.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "cmdline").read_bytes() or needle in (entry / "environ").read_bytes():
-                if alive(int(entry.name)):
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def ancestors() -> set[int]:
-    """This process and its parents up to init."""
-    found, pid = set(), os.getpid()
-    while pid > 1 and pid not in found:
-        found.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return found
-
-
-def signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = [p for p in pids if alive(p)]
-        if not pids:
-            return []
-        time.sleep(0.1)
-    return [p for p in pids if alive(p)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -259,7 +187,7 @@ class Demo:
         with open(out, "ab") as f:
             return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env or self.cli_env, cwd=ROOT, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
 
     # -- platform ------------------------------------------------------------------------------
 
