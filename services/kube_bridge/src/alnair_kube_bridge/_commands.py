@@ -19,13 +19,12 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from alnair.v1 import commands_pb2
-from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common import Bus, PermanentError
 from alnair_common.annotations import LOCAL_API_VERSION
+from alnair_common.commands import answer, check_annotation_keys
 
 from ._kube_errors import MERGE_PATCH, classify
-from ._pods import ANNOTATION_PREFIX
 
-log = get_logger("alnair.kube-bridge.commands")
 ALNAIR_GROUP = "alnair.centaurus.io"
 
 
@@ -80,26 +79,15 @@ class Commands:
             return
         if self.namespace and ref.namespace and ref.namespace != self.namespace:
             return
-        result = commands_pb2.CommandResult(command_id=command_id, object=ref, ok=True)
-        try:
+        async def carry_out() -> None:
             if not command_id:
                 raise PermanentError("command_id is empty; every command needs a unique id")
             await asyncio.to_thread(work, Target.from_ref(ref), cmd)
-        except PermanentError as e:
-            result.ok, result.reason, result.permanent = False, str(e), True
-            log.warning("command failed", command_id=command_id, reason=str(e))
-            await publish_error(self.bus, code="command-failed", message=str(e),
-                                obj=f"{ref.namespace}/{ref.name}")
-        # TemporaryError propagates: the consumer retries the command later.
-        await self.bus.publish(subjects.cmd_result(), result,
-                               msg_id=f"result:{command_id}:{int(result.ok)}")
+
+        await answer(self.bus, command_id, ref, carry_out, obj=f"{ref.namespace}/{ref.name}")
 
     def _annotate(self, t: Target, cmd: commands_pb2.AnnotateCommand) -> None:
-        bad = [k for k in cmd.annotations if not k.startswith(ANNOTATION_PREFIX)]
-        if bad or not cmd.annotations:
-            raise PermanentError(
-                f"annotations must be non-empty and under {ANNOTATION_PREFIX!r}; got "
-                f"{sorted(bad) or 'none'}")
+        check_annotation_keys(cmd.annotations)
         patch = {"metadata": {"annotations": {k: (v or None) for k, v in cmd.annotations.items()}}}
         self._call(f"annotate {t.kind} {t.namespace}/{t.name}", lambda: self._patch(t, patch))
 

@@ -15,14 +15,12 @@ from pathlib import Path
 
 from alnair.v1 import commands_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common import Bus, PermanentError, subjects
 from alnair_common.annotations import LOCAL_API_VERSION
-from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
+from alnair_common.commands import answer, check_annotation_keys
 from alnair_lifecycle import LifecyclePublisher
 
 from ._workspace import Workspace
-
-log = get_logger("alnair.local-agent.commands")
 
 
 class LocalCommands:
@@ -46,24 +44,17 @@ class LocalCommands:
         last = await self.lifecycle.last(ref.uid) if ref.uid else None
         if last is not None and last.source != self.lifecycle.source:
             return  # another machine's agent
-        result = commands_pb2.CommandResult(command_id=command_id, object=ref, ok=True)
-        try:
+
+        async def carry_out() -> None:
             if last is None:
                 raise PermanentError(f"NotFound: no local workload with uid {ref.uid!r} "
                                      f"({ref.name or 'no name'})")
             await work(last.workload, cmd)
-        except PermanentError as e:
-            result.ok, result.reason, result.permanent = False, str(e), True
-            log.warning("command failed", command_id=command_id, reason=str(e))
-            await publish_error(self.bus, code="command-failed", message=str(e), obj=ref.uid)
-        await self.bus.publish(subjects.cmd_result(), result,
-                               msg_id=f"result:{command_id}:{int(result.ok)}")
+
+        await answer(self.bus, command_id, ref, carry_out, obj=ref.uid)
 
     async def _annotate(self, w: wl.Workload, cmd: commands_pb2.AnnotateCommand) -> None:
-        bad = [k for k in cmd.annotations if not k.startswith(ANNOTATION_PREFIX)]
-        if bad or not cmd.annotations:
-            raise PermanentError(f"annotations must be non-empty and under {ANNOTATION_PREFIX!r}; "
-                                 f"got {sorted(bad) or 'none'}")
+        check_annotation_keys(cmd.annotations)
 
         def change(current: wl.WorkloadEvent | None) -> wl.WorkloadEvent:
             if current is None:
