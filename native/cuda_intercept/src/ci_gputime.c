@@ -159,7 +159,7 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
                       ci_hook_id ptsz_id, const void *fn, uint64_t cost)
 {
     if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
-        (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0)
+        (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0 || dev < 0 || dev >= CI_MAX_DEVICES)
         return false;
     uint64_t now = ci_now_ns();
     uint64_t next = atomic_load_explicit(&ci_gputime_next_ns, memory_order_relaxed);

@@ -194,8 +194,9 @@ uint64_t ci_memory_workload_used(int dev);
 /* ---- ci_tokens.c --------------------------------------------------------- */
 
 /* Counts one launch of `cost` tokens on `dev` and, when the compute limit is
- * active and the bucket is empty, sleeps (in bounded steps) until it is not. */
-void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn);
+ * active and the bucket is empty, sleeps (in bounded steps) until it is not.
+ * Returns the tokens charged (a graph launch: the running average kernel cost). */
+uint64_t ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn);
 /* Sets the refill rate in tokens per second (0 = unthrottled). */
 void ci_tokens_set_rate(int dev, double rate);
 double ci_tokens_rate(int dev);

@@ -103,21 +103,15 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
     atomic_fetch_add_explicit(&b->charged, cost, memory_order_relaxed);
 }
 
-/* What a graph launch is charged: the running average kernel cost. */
-static uint64_t ci_tokens_graph_cost(int dev)
-{
-    uint64_t cost = atomic_load_explicit(&ci_buckets[ci_tokens_clamp_dev(dev)].avg_cost,
-                                         memory_order_relaxed);
-    return cost == 0 ? 1 : cost;
-}
-
-void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
+uint64_t ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
 {
     dev = ci_tokens_clamp_dev(dev);
     struct ci_bucket *b = &ci_buckets[dev];
     if (graph) {
         atomic_fetch_add_explicit(&ci_counters[dev].graph_launches, 1, memory_order_relaxed);
-        cost = ci_tokens_graph_cost(dev);
+        cost = atomic_load_explicit(&b->avg_cost, memory_order_relaxed);
+        if (cost == 0)
+            cost = 1;
     } else {
         atomic_fetch_add_explicit(&ci_counters[dev].launches, 1, memory_order_relaxed);
         if (cost == 0)
@@ -130,6 +124,7 @@ void ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
     }
     ci_signature_record(fn);
     ci_tokens_charge(b, dev, cost);
+    return cost;
 }
 
 void ci_tokens_set_rate(int dev, double rate)
@@ -204,11 +199,10 @@ static uint64_t ci_tokens_grid(unsigned gx, unsigned gy, unsigned gz)
     do {                                                                                      \
         ci_runtime_ensure();                                                                  \
         int dev_ = ci_runtime_current_device();                                               \
-        uint64_t cost_ = (cost);                                                              \
-        ci_tokens_on_launch(dev_, cost_, (graph), (fn));                                      \
+        uint64_t cost_ = ci_tokens_on_launch(dev_, (cost), (graph), (fn));                    \
         struct ci_gputime_probe probe_;                                                       \
         if (CI_LIKELY(!ci_gputime_begin(&probe_, dev_, (stream), real, (ptsz_id), (fn),       \
-                                        (graph) ? ci_tokens_graph_cost(dev_) : cost_)))       \
+                                        cost_)))                                              \
             return call;                                                                      \
         CUresult r_ = call;                                                                   \
         ci_gputime_end(&probe_, r_);                                                          \
