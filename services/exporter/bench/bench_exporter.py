@@ -25,7 +25,7 @@ import httpx
 
 from alnair.v1 import workload_pb2
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.cuda_region_writer import RegionWriter
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_exporter import HostReader, NodeSampler, RegionScanner, StaticResolver, WorkloadDirectory, WorkloadUpdate
 from alnair_exporter._exposition import MetricsServer
 from alnair_exporter.collectors import COLLECTORS

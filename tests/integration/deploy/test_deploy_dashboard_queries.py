@@ -28,7 +28,7 @@ import alnair_scheduler  # noqa: F401  (registers the scheduler's metrics)
 from alnair.v1 import workload_pb2
 from alnair_common import Bus, ensure_streams, subjects
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.cuda_region_writer import RegionWriter
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_exporter import ExporterService, ExporterSettings
 from alnair_gpu import ReplaySampler, load_recording
 from alnair_kubelet.api import podresources as pr

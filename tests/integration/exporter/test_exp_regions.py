@@ -11,7 +11,7 @@ from exporter_harness import publish_workload, running_exporter, scrape, series,
 from alnair.v1 import metrics_pb2, workload_pb2
 from alnair_common import subjects
 from alnair_common.cuda_region import HEADER_BYTES, REGION_BYTES, DeviceRecord
-from alnair_common.cuda_region_writer import RegionWriter
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_common.testing import wait_for
 
 GiB = 1 << 30

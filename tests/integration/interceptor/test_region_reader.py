@@ -23,7 +23,7 @@ from alnair_common.cuda_region import (
     decode_region,
     read_region,
 )
-from alnair_common.cuda_region_writer import RegionWriter
+from alnair_common.testing.cuda_region_writer import RegionWriter
 
 MiB = 1 << 20
 

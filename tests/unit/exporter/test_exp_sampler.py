@@ -9,7 +9,7 @@ import pytest
 
 from alnair.v1 import workload_pb2
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.cuda_region_writer import RegionWriter
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_exporter import NodeSampler, RegionScanner, StaticResolver, WorkloadDirectory, WorkloadUpdate
 from alnair_gpu import ReplaySampler, load_recording
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import astuple
 from pathlib import Path
 
-from .cuda_region import (
+from ..cuda_region import (
     DEVICE_RECORD_BYTES,
     DEVICE_STRUCT,
     HEADER_BYTES,
