@@ -362,6 +362,12 @@ class Engine:
             self._announce_soon(w.ref.uid)
         return True
 
+    async def withdraw(self, uid: str) -> None:
+        """Give back a share committed with ``announce=False`` and not announced: a gang
+        member whose group lost a race before the group was announced."""
+        self.unannounced.pop(uid, None)
+        await self.release(uid, "")
+
     async def _place_gang(self, key: str) -> bool:
         """Try the gang; True when it has been blocked long enough to hold later workloads."""
         return await place_gang(self, key)
