@@ -94,7 +94,8 @@ int ci_region_reap_locked(void);
 uint64_t ci_region_used_locked(int dev);
 /* Start time (clock ticks since boot) of pid, 0 when it does not exist. */
 uint64_t ci_region_proc_start_ticks(pid_t pid);
-/* Effective limits: the stricter of this process's and the region header's. */
+/* Effective limits: the stricter of this process's (as handed to
+ * ci_region_open) and the region header's. */
 uint64_t ci_region_memory_limit(void);
 uint32_t ci_region_compute_percent(void);
 

@@ -11,7 +11,8 @@
  * Counted: cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch * height, known after the
  * call), cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate
  * (device locations); freed by cuMemFree_v2, cuMemFreeAsync, cuMemRelease.
- * Reported: cuMemGetInfo_v2 and cuDeviceTotalMem_v2 show min(limit, physical).
+ * Reported: cuMemGetInfo_v2, cuDeviceTotalMem_v2 and NVML's
+ * nvmlDeviceGetMemoryInfo(_v2) show min(limit, physical).
  */
 #include "ci_internal.h"
 
@@ -27,6 +28,8 @@ typedef CUresult (*ci_create_fn)(CUmemGenericAllocationHandle *, size_t,
 typedef CUresult (*ci_release_fn)(CUmemGenericAllocationHandle);
 typedef CUresult (*ci_info_fn)(size_t *, size_t *);
 typedef CUresult (*ci_total_fn)(size_t *, CUdevice);
+typedef nvmlReturn_t (*ci_nvml_info_fn)(nvmlDevice_t, nvmlMemory_t *);
+typedef nvmlReturn_t (*ci_nvml_info2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
 
 static int ci_memory_clamp_dev(int dev)
 {
@@ -244,5 +247,43 @@ CUresult ci_on_device_total_mem(void *real, size_t *bytes, CUdevice dev)
     uint64_t limit = ci_region_memory_limit();
     if (r == CUDA_SUCCESS && bytes != NULL && limit < *bytes)
         *bytes = (size_t)limit;
+    return r;
+}
+
+/* nvmlDeviceGetMemoryInfo(_v2): tools inside the workload (nvidia-smi,
+ * pynvml) see the limit as the total and the workload's accounted bytes as
+ * used, not the physical card. Unchanged when no limit is set; a handle the
+ * monitor has not mapped (NVML not started yet, another device) is taken as
+ * device 0. Never fails beyond what the real call returned. */
+static void ci_memory_clamp_nvml(nvmlDevice_t device, unsigned long long *total,
+                                 unsigned long long *free, unsigned long long *used)
+{
+    ci_runtime_ensure_base();
+    uint64_t limit = ci_region_memory_limit();
+    if (limit == CI_REGION_UNLIMITED)
+        return;
+    int dev = ci_nvml_cuda_index(device);
+    uint64_t in_use = ci_memory_workload_used(dev < 0 ? 0 : dev);
+    uint64_t t = *total < limit ? *total : limit;
+    *total = t;
+    *used = in_use < t ? in_use : t;
+    *free = t - *used;
+}
+
+nvmlReturn_t ci_on_nvml_memory_info(void *real, nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlReturn_t r = ((ci_nvml_info_fn)real)(device, memory);
+    if (r == NVML_SUCCESS && memory != NULL)
+        ci_memory_clamp_nvml(device, &memory->total, &memory->free, &memory->used);
+    return r;
+}
+
+nvmlReturn_t ci_on_nvml_memory_info_v2(void *real, nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    nvmlReturn_t r = ((ci_nvml_info2_fn)real)(device, memory);
+    if (r == NVML_SUCCESS && memory != NULL) {
+        ci_memory_clamp_nvml(device, &memory->total, &memory->free, &memory->used);
+        memory->reserved = 0;
+    }
     return r;
 }

@@ -1,13 +1,15 @@
 /*
- * ci_nvml.c — NVML, for two reasons: the monitor samples the workload's SM
- * utilisation (nvmlDeviceGetProcessUtilization), and tools inside the
- * workload that ask nvmlDeviceGetMemoryInfo(_v2) must see the memory limit,
- * not the physical size.
+ * ci_nvml.c — NVML as the monitor's source: the workload's SM utilisation
+ * (nvmlDeviceGetProcessUtilization, whole-device rates as the fallback) and
+ * the map from CUDA ordinals to NVML handles. The hooked
+ * nvmlDeviceGetMemoryInfo(_v2) belongs to the memory limit (ci_memory.c); it
+ * only asks this file which CUDA device a handle is.
  *
  * NVML is opened by the monitor thread only (never on a launch path). CUDA
  * ordinals map to NVML handles through the PCI bus id, falling back to the
  * index. The workload's processes are the active slots of the region (their
- * pid, or host_pid when the node agent filled it in).
+ * pid, or host_pid when the node agent filled it in). Depends on the lookup
+ * (real dlsym, driver calls), the region and the log only.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -148,43 +150,4 @@ int ci_nvml_device_util(int dev, double *util)
         return -1;
     *util = (double)u.gpu;
     return 0;
-}
-
-/* ---- nvmlDeviceGetMemoryInfo(_v2): report the limit ---------------------- */
-
-/* Clamps NVML's view of device memory to the workload's limit and usage. */
-static void ci_nvml_clamp(nvmlDevice_t device, unsigned long long *total,
-                          unsigned long long *free, unsigned long long *used)
-{
-    ci_runtime_ensure_base();
-    uint64_t limit = ci_region_memory_limit();
-    if (limit == CI_REGION_UNLIMITED)
-        return;
-    int dev = ci_nvml_cuda_index(device);
-    uint64_t in_use = ci_memory_workload_used(dev < 0 ? 0 : dev);
-    uint64_t t = *total < limit ? *total : limit;
-    *total = t;
-    *used = in_use < t ? in_use : t;
-    *free = t - *used;
-}
-
-typedef nvmlReturn_t (*ci_nvml_mem_fn)(nvmlDevice_t, nvmlMemory_t *);
-typedef nvmlReturn_t (*ci_nvml_mem2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
-
-nvmlReturn_t ci_on_nvml_memory_info(void *real, nvmlDevice_t device, nvmlMemory_t *memory)
-{
-    nvmlReturn_t r = ((ci_nvml_mem_fn)real)(device, memory);
-    if (r == NVML_SUCCESS && memory != NULL)
-        ci_nvml_clamp(device, &memory->total, &memory->free, &memory->used);
-    return r;
-}
-
-nvmlReturn_t ci_on_nvml_memory_info_v2(void *real, nvmlDevice_t device, nvmlMemory_v2_t *memory)
-{
-    nvmlReturn_t r = ((ci_nvml_mem2_fn)real)(device, memory);
-    if (r == NVML_SUCCESS && memory != NULL) {
-        ci_nvml_clamp(device, &memory->total, &memory->free, &memory->used);
-        memory->reserved = 0;
-    }
-    return r;
 }

@@ -29,6 +29,9 @@ _Static_assert(sizeof(pthread_mutex_t) <= CI_REGION_LOCK_BYTES, "mutex fits the 
 
 static struct ci_region *ci_region_map;
 static bool ci_region_shared;
+/* This process's own limits (from ci_region_open), tightened by the header's. */
+static uint64_t ci_region_own_memory;
+static uint32_t ci_region_own_compute;
 static _Atomic int ci_region_lock_broken;
 
 static pthread_mutex_t *ci_region_mutex(void)
@@ -112,6 +115,8 @@ out:
 
 void ci_region_open(const struct ci_limits *limits)
 {
+    ci_region_own_memory = limits->memory_bytes;
+    ci_region_own_compute = limits->compute_percent;
     struct ci_region *r = NULL;
     if (limits->workspace[0] != '\0')
         r = ci_region_map_file(limits);
@@ -137,14 +142,14 @@ struct ci_region *ci_region_get(void)
 
 uint64_t ci_region_memory_limit(void)
 {
-    uint64_t own = ci_state.limits.memory_bytes;
+    uint64_t own = ci_region_own_memory;
     uint64_t shared = __atomic_load_n(&ci_region_map->header.memory_limit_bytes, __ATOMIC_RELAXED);
     return own < shared ? own : shared;
 }
 
 uint32_t ci_region_compute_percent(void)
 {
-    uint32_t own = ci_state.limits.compute_percent;
+    uint32_t own = ci_region_own_compute;
     uint32_t shared = __atomic_load_n(&ci_region_map->header.compute_percent, __ATOMIC_RELAXED);
     if (shared < 1 || shared > 100)
         shared = 1;
