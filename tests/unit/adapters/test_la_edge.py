@@ -9,6 +9,7 @@ import pytest
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import PermanentError
+from alnair_common.cuda_handoff import CudaShare
 from alnair_lifecycle import is_after, rank
 from alnair_local_agent import Submission, Workspace, workload_env
 
@@ -49,22 +50,33 @@ def test_environment_is_the_device_plugins_and_not_the_users(tmp_path: Path) -> 
     workspace = Workspace(tmp_path)
     env = workload_env({"PATH": "/bin", "LD_PRELOAD": "evil.so", "CUDA_VISIBLE_DEVICES": "0,1",
                         "ALNAIR_VGPU_MEMORY_BYTES": "999999999999"},
-                       gpu_uuid="GPU-x", memory_gib=8, compute_percent=30, workspace=workspace,
-                       workload_id="u1", interceptor=Path("/opt/libalnair_cuda.so"))
+                       CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=8, compute_percent=30),
+                       workspace=workspace, interceptor=Path("/opt/libalnair_cuda.so"))
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "GPU-x",
                    "LD_PRELOAD": "/opt/libalnair_cuda.so",
                    "ALNAIR_VGPU_MEMORY_BYTES": str(8 << 30), "ALNAIR_VGPU_COMPUTE_PERCENT": "30",
                    "ALNAIR_WORKSPACE": str(tmp_path), "ALNAIR_WORKLOAD_ID": "u1"}
-    without = workload_env({}, gpu_uuid="GPU-x", memory_gib=1, compute_percent=5,
-                           workspace=workspace, workload_id="u1", interceptor=None)
+    without = workload_env({}, CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=1, compute_percent=5),
+                           workspace=workspace, interceptor=None)
     assert "LD_PRELOAD" not in without
 
 
 def test_limits_file_uses_the_interceptors_format(tmp_path: Path) -> None:
-    Workspace(tmp_path).write_limits(memory_gib=8, compute_percent=30, workload_id="u1")
+    Workspace(tmp_path).write_limits(CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=8,
+                                               compute_percent=30))
     lines = [line for line in (tmp_path / "limits").read_text().splitlines()
              if not line.startswith("#")]
     assert lines == [f"memory_bytes = {8 << 30}", "compute_percent = 30", "workload_id = u1"]
+
+
+def test_a_zero_memory_limit_is_no_limit_not_a_refusal(tmp_path: Path) -> None:
+    # The interceptor reads "memory_bytes = 0" as "refuse every allocation": a workload that
+    # asked for no memory limit must get no key and no variable (as a pod does).
+    share = CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=0, compute_percent=30)
+    Workspace(tmp_path).write_limits(share)
+    assert "memory_bytes" not in (tmp_path / "limits").read_text()
+    env = workload_env({"ALNAIR_VGPU_MEMORY_BYTES": "0"}, share, workspace=Workspace(tmp_path), interceptor=None)
+    assert "ALNAIR_VGPU_MEMORY_BYTES" not in env and env["ALNAIR_VGPU_COMPUTE_PERCENT"] == "30"
 
 
 def test_lifecycle_only_moves_forward() -> None:

@@ -15,8 +15,8 @@ from alnair_device_plugin import (
     InvalidDevicesError,
     NoAssignmentError,
     Resource,
+    Workspaces,
     assignment_from_proto,
-    limits_text,
     open_source,
     parse_units,
     unit_id,
@@ -70,8 +70,8 @@ def test_index_survives_restart_and_ignores_late_decisions_for_ended_workloads(t
     assert again.end("q1") is not None and AssignmentIndex(tmp_path).get("q1") is None
 
 
-def test_limits_file_leaves_out_what_was_not_requested() -> None:
-    text = limits_text(assignment("w", A, 8, 0))
+def test_limits_file_leaves_out_what_was_not_requested(tmp_path: Path) -> None:
+    text = (Workspaces(tmp_path).create(assignment("w", A, 8, 0)) / "limits").read_text()
     assert f"memory_bytes = {8 << 30}" in text and "compute_percent" not in text
     assert "workload_id = ml/w" in text
 

@@ -6,7 +6,7 @@ from ._errors import DevicePluginError, InvalidDevicesError, NoAssignmentError
 from ._service import DevicePluginService
 from ._settings import DevicePluginSettings, open_source
 from ._units import Resource, parse_units, unit_id
-from ._workspace import Workspaces, limits_text
+from ._workspace import Workspaces
 
 __all__ = [
     "Allocator",
@@ -23,7 +23,6 @@ __all__ = [
     "Resource",
     "Workspaces",
     "assignment_from_proto",
-    "limits_text",
     "open_source",
     "parse_units",
     "unit_id",

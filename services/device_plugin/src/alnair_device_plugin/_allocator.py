@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from alnair_common.cuda_handoff import LIMITS_FILE, interceptor_env
 from alnair_gpu import NodeGpus
 
 from ._assignments import Assignment, AssignmentIndex
 from ._errors import InvalidDevicesError, NoAssignmentError
 from ._units import COMPUTE_UNITS_PER_GPU, Resource, Unit, parse_units, unit_id
-from ._workspace import GIB, LIMITS_FILE, Workspaces
+from ._workspace import Workspaces, cuda_share
 
 
 @dataclass(frozen=True)
@@ -138,17 +139,10 @@ class Allocator:
     def _grant(self, assignment: Assignment) -> ContainerGrant:
         host_ws = self.workspaces.create(assignment)
         ws = self.paths.workspace_container
-        envs = {
-            "CUDA_VISIBLE_DEVICES": assignment.gpu_uuid,
-            "NVIDIA_VISIBLE_DEVICES": assignment.gpu_uuid,
-            "LD_PRELOAD": self.paths.interceptor_container,
-            "ALNAIR_WORKSPACE": ws,
-            "ALNAIR_WORKLOAD_ID": assignment.workload_id,
-        }
-        if assignment.memory_gib:
-            envs["ALNAIR_VGPU_MEMORY_BYTES"] = str(assignment.memory_gib * GIB)
-        if assignment.compute_percent:
-            envs["ALNAIR_VGPU_COMPUTE_PERCENT"] = str(assignment.compute_percent)
+        envs = interceptor_env(cuda_share(assignment), workspace=ws,
+                               interceptor=self.paths.interceptor_container)
+        # The NVIDIA container runtime's name for the card; the interceptor does not read it.
+        envs["NVIDIA_VISIBLE_DEVICES"] = assignment.gpu_uuid
         mounts = (
             MountSpec(ws, str(host_ws), read_only=False),
             MountSpec(f"{ws}/{LIMITS_FILE}", str(host_ws / LIMITS_FILE), read_only=True),

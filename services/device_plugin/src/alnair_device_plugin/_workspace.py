@@ -1,21 +1,20 @@
 """Per-workload workspace directories on the host: the interceptor's region and limits file.
 
 A workspace is mounted read-write into the container (the interceptor creates its shared
-region there). The ``limits`` file inside it is written by the plugin, made read-only and
-additionally bind-mounted read-only over itself, so even a root tenant cannot loosen its
-limits: the interceptor reads the file and ignores the environment when it exists.
+region there). The limits file inside it (:mod:`alnair_common.cuda_handoff`) is written by
+the plugin, read-only, and additionally bind-mounted read-only over itself, so even a root
+tenant cannot loosen its limits: the interceptor reads the file and ignores the environment
+when it exists.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
-from ._assignments import Assignment
+from alnair_common.cuda_handoff import SHARED_WORKSPACE_MODE, CudaShare, write_limits
 
-GIB = 1 << 30
-LIMITS_FILE = "limits"
+from ._assignments import Assignment
 
 
 class Workspaces:
@@ -33,14 +32,8 @@ class Workspaces:
         path = self.path(assignment.uid)
         path.mkdir(exist_ok=True)
         # Containers may run as any user; the region is created by the workload itself.
-        path.chmod(0o777)
-        limits = path / LIMITS_FILE
-        if limits.exists():
-            limits.chmod(0o644)
-        tmp = path / f".{LIMITS_FILE}.tmp"
-        tmp.write_text(limits_text(assignment))
-        tmp.chmod(0o444)
-        os.replace(tmp, limits)
+        path.chmod(SHARED_WORKSPACE_MODE)
+        write_limits(path, cuda_share(assignment))
         return path
 
     def remove(self, uid: str) -> bool:
@@ -55,13 +48,7 @@ class Workspaces:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def limits_text(assignment: Assignment) -> str:
-    """The interceptor's limits file (native/cuda_intercept/README.md); an amount of 0 means
-    the pod did not ask for that resource, so the key is left out (no limit)."""
-    lines = [f"# written by alnair-device-plugin for {assignment.workload_id} on {assignment.gpu_uuid}"]
-    if assignment.memory_gib:
-        lines.append(f"memory_bytes = {assignment.memory_gib * GIB}")
-    if assignment.compute_percent:
-        lines.append(f"compute_percent = {assignment.compute_percent}")
-    lines.append(f"workload_id = {assignment.workload_id}")
-    return "\n".join(lines) + "\n"
+def cuda_share(assignment: Assignment) -> CudaShare:
+    """What the interceptor gets of a pod's assignment; its identity is ``namespace/name``."""
+    return CudaShare(workload_id=assignment.workload_id, gpu_uuid=assignment.gpu_uuid,
+                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)

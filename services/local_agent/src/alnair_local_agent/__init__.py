@@ -1,9 +1,10 @@
 """Alnair local agent: runs local workloads on shared GPUs (local mode's adapter)."""
 
-from ._launcher import workload_env
+from ._launcher import cuda_share, workload_env
 from ._service import LocalAgentService
 from ._settings import LocalAgentSettings
 from ._submission import Submission
 from ._workspace import Workspace
 
-__all__ = ["LocalAgentService", "LocalAgentSettings", "Submission", "Workspace", "workload_env"]
+__all__ = ["LocalAgentService", "LocalAgentSettings", "Submission", "Workspace", "cuda_share",
+           "workload_env"]

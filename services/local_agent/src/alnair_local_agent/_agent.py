@@ -22,7 +22,7 @@ from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
 from alnair_lifecycle import LifecyclePublisher
 
-from ._launcher import launch, workload_env
+from ._launcher import cuda_share, launch, workload_env
 from ._submission import Submission
 from ._workspace import Workspace, still_running
 
@@ -117,13 +117,11 @@ class Agent:
         bound.assignment.CopyFrom(a)
         if self.gpus.simulated:  # carried by every later event, shown by `alnair ps`
             bound.annotations[SIMULATED_ANNOTATION] = "true"
-        workspace.write_limits(memory_gib=a.memory_gib, compute_percent=a.compute_percent,
-                               workload_id=d.workload.uid)
+        share = cuda_share(a, d.workload.uid)
+        workspace.write_limits(share)
         await self.lifecycle.publish(bound)
-        env = workload_env(self._environment(submission, workspace),
-                           gpu_uuid=a.gpu_uuid, memory_gib=a.memory_gib,
-                           compute_percent=a.compute_percent, workspace=workspace,
-                           workload_id=d.workload.uid, interceptor=self.interceptor)
+        env = workload_env(self._environment(submission, workspace), share,
+                           workspace=workspace, interceptor=self.interceptor)
         try:
             process = await launch(submission, env, workspace)
         except OSError as e:

@@ -1,9 +1,9 @@
 """Start a workload the way the device plugin starts a container's process.
 
-Same environment contract as a pod on a GPU node: ``CUDA_VISIBLE_DEVICES`` names the card
-the scheduler chose (by UUID), ``LD_PRELOAD`` loads the interceptor, the limits come both
-as variables and in the workspace's ``limits`` file (which the interceptor trusts first),
-and ``ALNAIR_WORKSPACE``/``ALNAIR_WORKLOAD_ID`` tie the process to its shared region.
+Same hand-off to the interceptor as a pod on a GPU node (:mod:`alnair_common.cuda_handoff`):
+the card the scheduler chose (by UUID), the interceptor preloaded, the limits both as
+variables and in the workspace's limits file (which the interceptor trusts first), and the
+workspace and workload id that tie the process to its shared region.
 """
 
 from __future__ import annotations
@@ -12,32 +12,32 @@ import asyncio
 import sys
 from pathlib import Path
 
+from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
+from alnair_common.cuda_handoff import ENV_PRELOAD, ENV_VARIABLES, CudaShare, interceptor_env
 
-from ._workspace import GIB, Workspace
+from ._workspace import Workspace
 
-# Never taken from the submitting shell: the agent decides them.
-_RESERVED = ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD")
 PRELOAD_FOR_COMMAND = "ALNAIR_REAPER_LD_PRELOAD"
 # Run as a file, isolated and without site: it needs only the standard library, starts in
 # milliseconds, and the user's PYTHON* variables cannot break it.
 REAPER = Path(__file__).with_name("_reaper.py")
 
 
-def workload_env(base: dict[str, str], *, gpu_uuid: str, memory_gib: int, compute_percent: int,
-                 workspace: Workspace, workload_id: str,
+def cuda_share(assignment: common_pb2.GpuAssignment, workload_uid: str) -> CudaShare:
+    """What the interceptor gets of a local workload's assignment; its identity is the uid."""
+    return CudaShare(workload_id=workload_uid, gpu_uuid=assignment.gpu_uuid,
+                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)
+
+
+def workload_env(base: dict[str, str], share: CudaShare, *, workspace: Workspace,
                  interceptor: Path | None) -> dict[str, str]:
+    """The submitter's environment with the hand-off's variables: none of those, and no
+    other ``ALNAIR_*`` setting, is ever taken from the submitting shell."""
     env = {k: v for k, v in base.items()
-           if k not in _RESERVED and not k.startswith("ALNAIR_")}
-    env.update({
-        "CUDA_VISIBLE_DEVICES": gpu_uuid,
-        "ALNAIR_VGPU_MEMORY_BYTES": str(memory_gib * GIB),
-        "ALNAIR_VGPU_COMPUTE_PERCENT": str(compute_percent),
-        "ALNAIR_WORKSPACE": str(workspace.path),
-        "ALNAIR_WORKLOAD_ID": workload_id,
-    })
-    if interceptor is not None:
-        env["LD_PRELOAD"] = str(interceptor)
+           if k not in ENV_VARIABLES and not k.startswith("ALNAIR_")}
+    env.update(interceptor_env(share, workspace=str(workspace.path),
+                               interceptor=None if interceptor is None else str(interceptor)))
     return env
 
 
@@ -45,8 +45,8 @@ def reaper_env(env: dict[str, str]) -> dict[str, str]:
     """The reaper must not load the interceptor itself (it would join the workload's
     region): it gets the preload under another name and restores it for the command."""
     out = dict(env)
-    if "LD_PRELOAD" in out:
-        out[PRELOAD_FOR_COMMAND] = out.pop("LD_PRELOAD")
+    if ENV_PRELOAD in out:
+        out[PRELOAD_FOR_COMMAND] = out.pop(ENV_PRELOAD)
     return out
 
 

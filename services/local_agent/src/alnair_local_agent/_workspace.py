@@ -3,9 +3,10 @@
 ``<data dir>/workloads/<uid>/`` holds ``environment.json`` (the submitting shell's
 environment, written by ``alnair run`` before it submits, readable by its user only: it
 never travels on the bus, where JetStream would keep it and anyone subscribed would see it),
-``submission.pb`` (the Workload as submitted), ``limits`` (read by the interceptor; it wins over the
-environment), ``output.log`` (stdout and stderr), ``pid`` (the reaper's pid and start time,
-to recognise it after an agent restart) and ``exit_code`` (written by the reaper).
+``submission.pb`` (the Workload as submitted), ``limits`` and ``cuda.region`` (the
+interceptor's, laid out by :mod:`alnair_common.cuda_handoff`), ``output.log`` (stdout and
+stderr), ``pid`` (the reaper's pid and start time, to recognise it after an agent restart)
+and ``exit_code`` (written by the reaper).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alnair.v1 import workload_pb2 as wl
-
-GIB = 1 << 30
+from alnair_common.cuda_handoff import CudaShare, write_limits
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,9 @@ class Workspace:
         found.ParseFromString(data)
         return found
 
-    def write_limits(self, *, memory_gib: int, compute_percent: int, workload_id: str) -> None:
-        """The interceptor's limits file (native/cuda_intercept/README.md, "limits file")."""
-        text = (f"# written by the Alnair local agent\nmemory_bytes = {memory_gib * GIB}\n"
-                f"compute_percent = {compute_percent}\nworkload_id = {workload_id}\n")
-        _write(self.path / "limits", text.encode())
+    def write_limits(self, share: CudaShare) -> None:
+        """The interceptor's limits file; it wins over the environment."""
+        write_limits(self.path, share)
 
     def record_process(self, pid: int) -> None:
         _write(self.path / "pid", f"{pid} {process_start_time(pid)}\n".encode())
