@@ -32,6 +32,10 @@ class ServiceSettings(BaseSettings):
 
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server(s), comma-separated")
     nats_token: str | None = Field(None, description="NATS auth token, if the server wants one")
+    nats_credentials: Path | None = Field(
+        None, description="NKey seed file of this service's bus identity (its role's own)")
+    nats_tls_ca: Path | None = Field(None, description="CA bundle that signed the NATS server's "
+                                                        "certificate (for tls:// URLs)")
     node_name: str = Field(default_factory=socket.gethostname, description="This node's name")
     health_port: int = Field(0, ge=0, le=65535, description="HTTP health port; 0 picks a free one")
     health_host: str = Field("127.0.0.1", description="Address of the health endpoint")

@@ -43,6 +43,10 @@ class UnknownSubjectError(PermanentError):
     """A subject that no entry of the subject table matches."""
 
 
+class PermissionDeniedError(PermanentError):
+    """This bus identity may not publish or read a subject (the server would refuse it too)."""
+
+
 class BusUnavailableError(TemporaryError):
     """The NATS server cannot be reached or a request got no answer in time."""
 

@@ -15,7 +15,9 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from .credentials import render_server_config, write_private
 from .errors import ConfigError, TemporaryError
 
 
@@ -60,6 +62,9 @@ class NatsServer:
     host: str = "127.0.0.1"
     token: str | None = None
     log_file: Path | None = None
+    # Extra server configuration (e.g. ``BusCredentials.server_config()``'s authorization),
+    # written to a private file beside the store and passed with ``-c``.
+    config: dict[str, Any] | None = field(default=None, repr=False)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -71,7 +76,16 @@ class NatsServer:
                "-sd", str(self.store_dir), "--server_name", f"alnair-{self.port}"]
         if self.token:
             cmd += ["--auth", self.token]
+        if self.config is not None:
+            cmd += ["-c", str(self.config_file)]
         return cmd
+
+    @property
+    def config_file(self) -> Path:
+        return self.store_dir.parent / f"nats-server-{self.port}.conf"
+
+    def _write_config(self) -> None:
+        write_private(self.config_file, render_server_config(self.config or {}).encode())
 
     def start(self, timeout: float = 15.0) -> None:
         """Start and wait until the port accepts connections; raise with the server's log."""
@@ -81,6 +95,8 @@ class NatsServer:
                 "choose another port"
             )
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        if self.config is not None:
+            self._write_config()
         log_path = self.log_file or self.store_dir / "nats-server.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:

@@ -33,12 +33,32 @@ PREFIX = "alnair"
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+# The identities on the bus (one NATS user each). Every service is one; ``platform`` is the
+# local supervisor (`alnair up`) and ``cli`` the user's `alnair` command. The server lets each
+# publish and read only what the table below names for it (alnair_common.bus_permissions).
+SERVICES = ("scheduler", "kube-bridge", "local-agent", "device-plugin", "exporter", "profiler",
+            "elastic-job", "cache-hydrator")
+ROLES = (*SERVICES, "platform", "cli")
+ADAPTERS = ("kube-bridge", "local-agent")
+# Readers of every subject and bucket (`alnair events`, `ps`, `logs`, `status`): they may read
+# all, never decide.
+READ_ALL = ("cli", "platform")
+# In a pattern's publishers or readers: each service for the subject with its own name in
+# place of the one placeholder (``alnair.error.<service>``, ``alnair.health.<service>``).
+EACH_SERVICE = "<each service>"
+
+
 class Transport(Enum):
     """How a subject travels. STREAM survives restarts; CORE is fire-and-forget; REQUEST waits."""
 
     STREAM = "jetstream"
     CORE = "core"
     REQUEST = "request-reply"
+
+
+def wildcard(pattern: str) -> str:
+    """``pattern`` with each ``<placeholder>`` replaced by ``*``."""
+    return re.sub(r"<[a-z_]+>", "*", pattern)
 
 
 @dataclass(frozen=True)
@@ -49,11 +69,15 @@ class SubjectSpec:
     description: str
     stream: str | None = None
     reply: type[Message] | None = None
+    # Who may publish on it (for a request: who may ask) and who consumes it (for a request:
+    # who answers), besides READ_ALL. The server's permissions are generated from these.
+    publishers: tuple[str, ...] = ()
+    readers: tuple[str, ...] = ()
 
     @property
     def wildcard(self) -> str:
         """The pattern with each ``<placeholder>`` replaced by ``*``, for subscriptions."""
-        return re.sub(r"<[a-z_]+>", "*", self.pattern)
+        return wildcard(self.pattern)
 
     def matches(self, subject: str) -> bool:
         want = self.wildcard.split(".")
@@ -75,49 +99,65 @@ class BucketSpec:
     name: str
     description: str
     history: int = 5
+    writers: tuple[str, ...] = ()
+    readers: tuple[str, ...] = ()
 
 
 S = SubjectSpec
 SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.workload.events", workload_pb2.WorkloadEvent, Transport.STREAM,
-      "Lifecycle of every workload (pod or local process).", stream="WORKLOADS"),
+      "Lifecycle of every workload (pod or local process).", stream="WORKLOADS",
+      publishers=ADAPTERS, readers=("scheduler", "device-plugin", "exporter", "profiler")),
     S("alnair.workload.submit", workload_pb2.Workload, Transport.STREAM,
-      "A local workload asks to be scheduled (`alnair run`).", stream="WORKLOADS"),
+      "A local workload asks to be scheduled (`alnair run`).", stream="WORKLOADS",
+      publishers=("cli",), readers=("local-agent",)),
     S("alnair.node.<node>.inventory", inventory_pb2.NodeInventory, Transport.STREAM,
-      "GPU inventory of a node, the full list on each change.", stream="INVENTORY"),
+      "GPU inventory of a node, the full list on each change.", stream="INVENTORY",
+      publishers=("device-plugin", *ADAPTERS)),
     S("alnair.metrics.gpu.<node>", metrics_pb2.NodeSampleBatch, Transport.CORE,
-      "Device, per-process and host samples of one node for one period."),
+      "Device, per-process and host samples of one node for one period.",
+      publishers=("exporter",), readers=("profiler",)),
     S("alnair.metrics.cuda.<node>.<workload>", metrics_pb2.CudaSample, Transport.CORE,
-      "CUDA-level counters of one workload from the interceptor's region."),
+      "CUDA-level counters of one workload from the interceptor's region.",
+      publishers=("exporter",), readers=("profiler",)),
     S("alnair.sched.bind", scheduling_pb2.BindDecision, Transport.STREAM,
-      "The scheduler placed a workload on a node and card.", stream="SCHEDULING"),
+      "The scheduler placed a workload on a node and card.", stream="SCHEDULING",
+      publishers=("scheduler",), readers=(*ADAPTERS, "device-plugin", "exporter")),
     S("alnair.sched.bound", scheduling_pb2.BindResult, Transport.STREAM,
-      "An adapter carried out (or failed) a bind decision.", stream="SCHEDULING"),
+      "An adapter carried out (or failed) a bind decision.", stream="SCHEDULING",
+      publishers=ADAPTERS, readers=("scheduler",)),
     S("alnair.sched.failed", scheduling_pb2.SchedulingFailure, Transport.STREAM,
-      "A workload could not be placed, with the reason per node.", stream="SCHEDULING"),
+      "A workload could not be placed, with the reason per node.", stream="SCHEDULING",
+      publishers=("scheduler",)),
     S("alnair.podgroup.events", commands_pb2.PodGroup, Transport.STREAM,
-      "Every change of a PodGroup (gang) as kube-bridge sees it.", stream="WORKLOADS"),
+      "Every change of a PodGroup (gang) as kube-bridge sees it.", stream="WORKLOADS",
+      publishers=("kube-bridge",), readers=("scheduler",)),
     S("alnair.cmd.annotate", commands_pb2.AnnotateCommand, Transport.STREAM,
-      "Set annotations under ai.centaurus.io/ on an object.", stream="COMMANDS"),
+      "Set annotations under ai.centaurus.io/ on an object.", stream="COMMANDS",
+      publishers=("profiler",), readers=ADAPTERS),
     S("alnair.cmd.event", commands_pb2.RecordEventCommand, Transport.STREAM,
-      "Record a Kubernetes Event on an object.", stream="COMMANDS"),
+      "Record a Kubernetes Event on an object.", stream="COMMANDS",
+      publishers=("scheduler",), readers=ADAPTERS),
     S("alnair.cmd.status", commands_pb2.StatusUpdateCommand, Transport.STREAM,
-      "Merge-patch a custom resource's status.", stream="COMMANDS"),
+      "Merge-patch a custom resource's status.", stream="COMMANDS",
+      publishers=("scheduler",), readers=ADAPTERS),
     S("alnair.cmd.result", commands_pb2.CommandResult, Transport.STREAM,
-      "An adapter's answer to a command.", stream="COMMANDS"),
+      "An adapter's answer to a command.", stream="COMMANDS", publishers=ADAPTERS),
     S("alnair.job.<name>.state", job_pb2.JobState, Transport.STREAM,
-      "State of a training job.", stream="JOBS"),
+      "State of a training job.", stream="JOBS", publishers=("elastic-job",)),
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
-      "Profile of a finished workload.", stream="PROFILES"),
+      "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
-      "Hydration status of a cached dataset.", stream="CACHE"),
+      "Hydration status of a cached dataset.", stream="CACHE", publishers=("cache-hydrator",)),
     S("alnair.error.<service>", platform_pb2.ErrorEvent, Transport.STREAM,
-      "Errors someone may wait on: rejected input, failed commands.", stream="ERRORS"),
+      "Errors someone may wait on: rejected input, failed commands.", stream="ERRORS",
+      publishers=(EACH_SERVICE,)),
     S("alnair.health.<service>", platform_pb2.StatusRequest, Transport.REQUEST,
-      "Ask one service for its health.", reply=platform_pb2.HealthReport),
+      "Ask one service for its health.", reply=platform_pb2.HealthReport,
+      publishers=READ_ALL, readers=(EACH_SERVICE,)),
     S("alnair.platform.status", platform_pb2.StatusRequest, Transport.REQUEST,
       "Ask the local supervisor (`alnair up`) for its process table.",
-      reply=platform_pb2.PlatformStatus),
+      reply=platform_pb2.PlatformStatus, publishers=("cli",), readers=("platform",)),
 )
 del S
 
@@ -134,11 +174,15 @@ STREAMS: tuple[StreamSpec, ...] = (
 )
 
 BUCKETS: tuple[BucketSpec, ...] = (
-    BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it."),
-    BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set."),
+    BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it.",
+               writers=("device-plugin", *ADAPTERS), readers=("scheduler",)),
+    BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set.",
+               writers=("scheduler",), readers=(*ADAPTERS, "device-plugin", "exporter")),
     BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
-               "a restarted adapter neither repeats nor skips a transition."),
-    BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid."),
+               "a restarted adapter neither repeats nor skips a transition.",
+               writers=ADAPTERS, readers=("scheduler",)),
+    BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
+               writers=("kube-bridge",)),
 )
 
 
@@ -259,23 +303,36 @@ def platform_status() -> str:
     return "alnair.platform.status"
 
 
+def _who(names: tuple[str, ...]) -> str:
+    return ", ".join(names)
+
+
 def markdown_table() -> str:
     """The subject table as Markdown, for docs/subjects.md."""
-    rows = ["| subject | message | transport | stream | meaning |", "|---|---|---|---|---|"]
+    rows = ["| subject | message | transport | stream | meaning | published by | read by |",
+            "|---|---|---|---|---|---|---|"]
     for s in SUBJECTS:
         msg = s.message.DESCRIPTOR.full_name
         if s.reply is not None:
             msg += f" → {s.reply.DESCRIPTOR.full_name}"
         rows.append(
-            f"| `{s.pattern}` | `{msg}` | {s.transport.value} | {s.stream or ''} | {s.description} |"
+            f"| `{s.pattern}` | `{msg}` | {s.transport.value} | {s.stream or ''} | {s.description} "
+            f"| {_who(s.publishers)} | {_who(s.readers)} |"
         )
+    rows += ["", "| bucket | meaning | written by | read by |", "|---|---|---|---|"]
+    for b in BUCKETS:
+        rows.append(f"| `{b.name}` | {b.description} | {_who(b.writers)} | {_who(b.readers)} |")
     return "\n".join(rows) + "\n"
-
 
 
 def document() -> str:
     """The whole of docs/subjects.md (regenerated by scripts/gen-proto)."""
     return (
         "# Bus subjects\n\nGenerated from `alnair_common.subjects` by `scripts/gen-proto`; "
-        "do not edit.\n\n" + markdown_table()
+        "do not edit.\n\nThe NATS server lets each identity publish and read only what this "
+        "table names for it (`alnair_common.bus_permissions`); "
+        f"{_who(READ_ALL)} also read everything. "
+        "For a request subject, *published by* is who may ask and *read by* who answers; "
+        f"`{EACH_SERVICE}` means each service on the subject with its own name.\n\n"
+        + markdown_table()
     )

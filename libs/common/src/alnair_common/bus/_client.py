@@ -9,8 +9,10 @@ counted and dropped — it never reaches a handler and never stops a subscriptio
 from __future__ import annotations
 
 import asyncio
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import nats
@@ -24,7 +26,8 @@ from nats.js import JetStreamContext
 from nats.micro.request import Request
 
 from .. import subjects
-from ..errors import AlnairError, BusUnavailableError, DecodeError
+from ..bus_permissions import inbox_prefix, permissions, subject_allowed
+from ..errors import AlnairError, BusUnavailableError, ConfigError, DecodeError, PermissionDeniedError
 from ..logs import get_logger
 from . import _metrics
 from ._codec import decode, encode
@@ -37,13 +40,32 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 log = get_logger("alnair.bus")
 
 
+def _auth_options(credentials: Path | None, role: str | None, tls_ca: Path | None) -> dict[str, object]:
+    """nats-py's connect options for an identity's seed file and a server's CA."""
+    options: dict[str, object] = {}
+    if credentials is not None and role is not None:
+        permissions(role)  # an unknown role is a ConfigError before any connection
+        if not credentials.is_file():
+            raise ConfigError(f"bus credentials {credentials} not found: `alnair up` writes "
+                              "them into its data directory, Kubernetes mounts them from the "
+                              "service's Secret")
+        options = {"nkeys_seed": str(credentials), "inbox_prefix": inbox_prefix(role)}
+    if tls_ca is not None:
+        options["tls"] = ssl.create_default_context(cafile=str(tls_ca))
+    return options
+
+
 class Bus:
     """A connected, typed view of the Alnair bus for one service."""
 
-    def __init__(self, nc: Client, service: str) -> None:
+    def __init__(self, nc: Client, service: str, role: str | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.service = service
+        # The identity the server knows this connection by (None: a server without auth).
+        self.role = role
+        self._may_publish: dict[str, bool] = {}
+        self._publish_allow = permissions(role)["publish"]["allow"] if role else []
         self._micro: list[nats.micro.service.Service] = []
 
     @classmethod
@@ -53,14 +75,31 @@ class Bus:
         *,
         service: str,
         token: str | None = None,
+        credentials: Path | None = None,
+        role: str | None = None,
+        tls_ca: Path | None = None,
         connect_timeout: float = 2.0,
         max_reconnect_attempts: int = -1,
         first_connect_attempts: int = 10,
     ) -> Bus:
-        """Connect, retrying the first connection too (the server may still be starting)."""
+        """Connect, retrying the first connection too (the server may still be starting).
+
+        ``credentials`` is the NKey seed file of ``role`` (default: the service's name); the
+        connection then uses that role's private inbox prefix. ``tls_ca`` verifies a
+        ``tls://`` server against that CA bundle.
+        """
         servers = [servers] if isinstance(servers, str) else servers
+        if credentials is not None:
+            role = role or service
+        auth = _auth_options(credentials, role, tls_ca)
 
         async def _on_error(e: Exception) -> None:
+            if "authorization violation" in str(e).lower():
+                refused.append(str(e))
+            if "permissions violation" in str(e).lower():
+                log.warning("the bus server refused this identity a subject", service=service,
+                            role=role, error=str(e))
+                return
             log.info("nats connection error", service=service, error=str(e))
 
         async def _on_disconnect() -> None:
@@ -72,12 +111,14 @@ class Bus:
             log.info("nats reconnected", service=service)
 
         bus_ref: list[Bus] = []
+        refused: list[str] = []  # the server said no to these credentials
         try:
             nc = await nats.connect(
                 servers=servers,
                 name=service,
                 token=token,
                 connect_timeout=connect_timeout,
+                **auth,  # type: ignore[arg-type]
                 reconnect_time_wait=0.5,
                 # Bounded for the first connection (nats-py would otherwise retry a server
                 # that never came up forever); unbounded once connected.
@@ -87,12 +128,18 @@ class Bus:
                 reconnected_cb=_on_reconnect,
             )
         except (TimeoutError, OSError, nats.errors.Error) as e:
+            if refused or "Authorization Violation" in str(e):
+                who = f"the {role} credentials {credentials}" if credentials else "no credentials"
+                raise PermissionDeniedError(
+                    f"NATS at {', '.join(servers)} refused {who}: connect with the seed file "
+                    "of a bus identity (ALNAIR_NATS_CREDENTIALS; `alnair up` writes them to "
+                    "<data dir>/credentials)") from e
             raise BusUnavailableError(
                 f"cannot connect to NATS at {', '.join(servers)} after "
                 f"{first_connect_attempts} attempts: {e!r}"
             ) from e
         nc.options["max_reconnect_attempts"] = max_reconnect_attempts
-        bus_ref.append(cls(nc, service))
+        bus_ref.append(cls(nc, service, role if credentials is not None else None))
         return bus_ref[0]
 
     @property
@@ -109,6 +156,7 @@ class Bus:
         took. Pass a stable ``msg_id`` when a retry by the *caller* must not be stored twice.
         """
         spec = subjects.spec_for(subject)
+        self.check_may_publish(subject)
         data = encode(subject, message, spec)
         if spec.transport is subjects.Transport.STREAM:
             await self._publish_durably(subject, data, msg_id or uuid.uuid4().hex, timeout)
@@ -118,6 +166,21 @@ class Bus:
             except nats.errors.Error as e:
                 raise BusUnavailableError(f"publish on {subject!r} failed: {e!r}") from e
         _metrics.counter(_metrics.PUBLISHED, self.service, spec.pattern).inc()
+
+    def check_may_publish(self, subject: str) -> None:
+        """Fail at once, with the reason, where the server would drop the message silently
+        (a refused publish gets no ack: the sender would only see a time-out)."""
+        if self.role is None:
+            return
+        allowed = self._may_publish.get(subject)
+        if allowed is None:
+            allowed = self._may_publish[subject] = subject_allowed(self._publish_allow, subject)
+        if not allowed:
+            spec = subjects.spec_for(subject)
+            who = ", ".join(spec.publishers) or "nobody"
+            raise PermissionDeniedError(
+                f"bus identity {self.role!r} may not publish on {subject!r}; the subject table "
+                f"lets {who} publish there (alnair_common.subjects)")
 
     async def _publish_durably(self, subject: str, data: bytes, msg_id: str,
                                timeout: float) -> None:
