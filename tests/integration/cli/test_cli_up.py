@@ -19,6 +19,7 @@ from cli_support import ALNAIR, alive, nats_server_pids
 
 from alnair.v1 import inventory_pb2, platform_pb2
 from alnair_common import Bus, TypedKV, subjects
+from alnair_common.errors import PermissionDeniedError
 from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
 
@@ -54,7 +55,15 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
         assert all(alive(pid) for pid in service_pids)
         [nats_pid] = nats_server_pids(port)
 
-        bus = await Bus.connect(report["nats_url"], service="test")
+        # The platform's bus takes no one without credentials …
+        with pytest.raises(PermissionDeniedError):
+            await Bus.connect(report["nats_url"], service="intruder", first_connect_attempts=1)
+        credentials = data_dir / "credentials"
+        assert credentials.stat().st_mode & 0o777 == 0o700
+        assert all(f.stat().st_mode & 0o777 == 0o600 for f in credentials.iterdir())
+        # … and a service's identity says only what the service may say.
+        bus = await Bus.connect(report["nats_url"], service="scheduler",
+                                credentials=credentials / "scheduler.nk")
         try:
             # --gpus sim:2x80 reached the local agent through its environment.
             kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
@@ -64,14 +73,14 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
             events = subprocess.Popen(  # noqa: ASYNC220 - spawning does not block
                 [*ALNAIR, "events", "--data-dir", str(data_dir), "--subject", "alnair.error.>",
                  "--count", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            probe = platform_pb2.ErrorEvent(service="cli-up-test", code="probe",
+            probe = platform_pb2.ErrorEvent(service="scheduler", code="probe",
                                             message="hello from the test")
             while events.poll() is None:  # until `alnair events` has subscribed and printed
-                await bus.publish(subjects.error("cli-up-test"), probe)
+                await bus.publish(subjects.error("scheduler"), probe)
                 await asyncio.sleep(0.2)
             out, err = events.communicate(timeout=10)
             assert events.returncode == 0, err
-            assert "alnair.error.cli-up-test ErrorEvent" in out
+            assert "alnair.error.scheduler ErrorEvent" in out
             assert 'message: "hello from the test"' in out
         finally:
             await bus.drain()
@@ -93,6 +102,9 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
             subprocess.run, [*ALNAIR, "run", "--data-dir", str(data_dir), "--gpu-memory", "100",
                              "--", "true"], capture_output=True, text=True, timeout=60)
         assert too_big.returncode == 1 and "cannot be placed" in too_big.stderr
+        # Every service did all of the above within its role's permissions.
+        nats_log = (data_dir / "logs" / "nats-server.log").read_text()
+        assert "Violation" not in nats_log, [ln for ln in nats_log.splitlines() if "Violation" in ln]
 
         up.send_signal(signal.SIGINT)
         assert await asyncio.to_thread(up.wait, 60) == 0

@@ -14,12 +14,12 @@ from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 
 from alnair.v1 import platform_pb2
-from alnair_common import AlnairError, Bus, ConfigError, subjects
+from alnair_common import AlnairError, ConfigError, subjects
 from alnair_common.config import default_data_dir
 
 from ._events import tail
 from ._logs import show_logs
-from ._platform import PlatformInfo
+from ._platform import BusTarget, PlatformInfo
 from ._ps import ps_table, visible
 from ._ps import row as ps_row
 from ._run import RunError, Runner, RunRequest
@@ -43,14 +43,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def resolve_nats(data_dir: Path, nats_url: str | None) -> str:
+def resolve_nats(data_dir: Path, nats_url: str | None) -> BusTarget:
     if nats_url:
-        return nats_url
+        return BusTarget.find(data_dir, nats_url)
     info = PlatformInfo.read(data_dir)
     if info is None:
         raise fail(f"Alnair is not running from {data_dir}: start it with `alnair up` "
                    "(or pass --nats-url)")
-    return info.nats_url
+    return BusTarget.find(data_dir, info.nats_url)
 
 
 @app.command()
@@ -87,10 +87,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show what runs and its health. Exit 0 only when every service is ready."""
-    url = resolve_nats(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
 
     async def _ask() -> platform_pb2.PlatformStatus:
-        bus = await Bus.connect(url, service="cli", first_connect_attempts=2)
+        bus = await target.connect()
         try:
             return await bus.request(subjects.platform_status(), platform_pb2.StatusRequest(),
                                      platform_pb2.PlatformStatus, timeout=3.0)
@@ -100,7 +100,7 @@ def status(
     try:
         answer = asyncio.run(_ask())
     except AlnairError as e:
-        raise fail(f"no status from the platform at {url}: {e}") from e
+        raise fail(f"no status from the platform at {target.url}: {e}") from e
     if as_json:
         print(json.dumps(MessageToDict(answer, preserving_proto_field_name=True), indent=2))
     else:
@@ -118,10 +118,10 @@ def events(
     requests: Annotated[bool, typer.Option(help="Also show health/status queries.")] = False,
 ) -> None:
     """Tail the bus with every message decoded."""
-    url = resolve_nats(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
 
     async def _tail() -> None:
-        bus = await Bus.connect(url, service="cli", first_connect_attempts=2)
+        bus = await target.connect()
         try:
             await tail(bus, subject, count, lambda line: print(line, flush=True),
                        requests=requests)
@@ -153,10 +153,10 @@ def run(
         request = RunRequest.build(command or [], gpu_memory, gpu_compute, name)
     except RunError as e:
         raise fail(str(e), code=2) from e
-    url = resolve_nats(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
 
     async def _run() -> int:
-        bus = await Bus.connect(url, service="cli", first_connect_attempts=2)
+        bus = await target.connect()
         try:
             runner = Runner(bus, data_dir, request, lambda line: err.print(
                 f"[dim]alnair:[/] {line}", highlight=False, soft_wrap=True))
@@ -182,10 +182,10 @@ def ps(
     nats_url: NatsUrl = None,
 ) -> None:
     """List workloads with their state, GPU and limits."""
-    url = resolve_nats(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
 
     async def _list() -> list:
-        bus = await Bus.connect(url, service="cli", first_connect_attempts=2)
+        bus = await target.connect()
         try:
             return await all_workloads(bus)
         finally:
@@ -211,10 +211,10 @@ def logs(
     nats_url: NatsUrl = None,
 ) -> None:
     """Print a local workload's output (stdout and stderr)."""
-    url = resolve_nats(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
 
     async def _logs() -> str | None:
-        bus = await Bus.connect(url, service="cli", first_connect_attempts=2)
+        bus = await target.connect()
         try:
             return await show_logs(bus, lambda uid: workspace(data_dir, uid), workload,
                                    follow=follow)

@@ -2,6 +2,8 @@
 
 ``alnair up`` writes it once NATS listens and removes it on exit; the other commands read it
 to find the bus. A file left by a platform that died (its pid is gone) counts as absent.
+The bus credentials live beside it, in ``<data dir>/credentials`` (one NKey seed per role,
+readable by the platform's user only): the CLI connects as ``cli`` with ``cli.nk`` there.
 """
 
 from __future__ import annotations
@@ -10,6 +12,34 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from alnair_common import Bus
+from alnair_common.credentials import BusCredentials
+
+
+def bus_credentials(data_dir: Path) -> BusCredentials:
+    return BusCredentials(data_dir / "credentials")
+
+
+@dataclass(frozen=True)
+class BusTarget:
+    """The bus a CLI command talks to, and the identity it connects with."""
+
+    url: str
+    credentials: Path | None
+
+    @classmethod
+    def find(cls, data_dir: Path, url: str) -> BusTarget:
+        """``ALNAIR_NATS_CREDENTIALS`` if set, else the platform's ``cli`` seed if it exists."""
+        given = os.environ.get("ALNAIR_NATS_CREDENTIALS")
+        if given:
+            return cls(url, Path(given))
+        seed = bus_credentials(data_dir).seed_file("cli")
+        return cls(url, seed if seed.exists() else None)
+
+    async def connect(self) -> Bus:
+        return await Bus.connect(self.url, service="cli", credentials=self.credentials,
+                                 first_connect_attempts=2)
 
 
 @dataclass(frozen=True)

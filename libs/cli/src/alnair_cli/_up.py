@@ -14,9 +14,10 @@ from rich.markup import escape
 
 from alnair.v1 import platform_pb2
 from alnair_common import Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
+from alnair_common.credentials import BusCredentials
 from alnair_common.natsd import NatsServer
 
-from ._platform import PlatformInfo
+from ._platform import PlatformInfo, bus_credentials
 from ._supervisor import Child, Supervisor
 
 # Services of the local mode, in start order. kube-bridge and device-plugin are Kubernetes-only.
@@ -42,9 +43,12 @@ def agent_env(gpus: str | None, interceptor: Path | None) -> dict[str, str]:
 
 
 def service_children(data_dir: Path, nats_url: str, extra_env: dict[str, str]) -> list[Child]:
+    """Each local service as a child process, connecting as its own bus identity."""
+    credentials = bus_credentials(data_dir)
     children = []
     for name in LOCAL_SERVICES:
         env = {**os.environ, **extra_env, "ALNAIR_NATS_URL": nats_url,
+               "ALNAIR_NATS_CREDENTIALS": str(credentials.seed_file(name)),
                "ALNAIR_DATA_DIR": str(data_dir), "ALNAIR_HEALTH_PORT": "0",
                "ALNAIR_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
         env.pop("ALNAIR_CONFIG", None)
@@ -78,11 +82,16 @@ class Platform:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        # Every connection authenticates: the server trusts one NKey per role and lets each
+        # publish and read only what its role needs (alnair_common.bus_permissions).
+        credentials = BusCredentials.ensure(bus_credentials(self.data_dir).directory)
+        self.nats.config = credentials.server_config()
         self.nats.start()
         info = PlatformInfo(nats_url=self.nats.url, pid=os.getpid(),
                             data_dir=str(self.data_dir))
         try:
-            self.bus = await Bus.connect(self.nats.url, service="supervisor")
+            self.bus = await Bus.connect(self.nats.url, service="supervisor", role="platform",
+                                         credentials=credentials.seed_file("platform"))
             await ensure_streams(self.bus)
             self.supervisor = Supervisor(
                 service_children(self.data_dir, self.nats.url, self.extra_env), self._sink

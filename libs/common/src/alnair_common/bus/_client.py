@@ -66,6 +66,7 @@ class Bus:
         self.role = role
         self._may_publish: dict[str, bool] = {}
         self._publish_allow = permissions(role)["publish"]["allow"] if role else []
+        self._subscribe_allow = permissions(role)["subscribe"]["allow"] if role else []
         self._micro: list[nats.micro.service.Service] = []
 
     @classmethod
@@ -208,6 +209,10 @@ class Bus:
 
         A handler that raises is logged and counted; the subscription goes on.
         """
+        if self.role is not None and not subject_allowed(self._subscribe_allow, subject):
+            raise PermissionDeniedError(
+                f"bus identity {self.role!r} may not subscribe to {subject!r}; add it to the "
+                "readers of its entry in alnair_common.subjects")
 
         async def _on_msg(msg: Msg) -> None:
             decoded = self._decode_or_count(msg.subject, msg.data, message_type)
