@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from alnair_common import PermanentError
 from alnair_profiler import SERIES, ProfilerSettings, ProfileStore, open_store
 
 UNITS = {"cpu_cores": ("cores", 1.0), "memory_bytes": ("GiB", 2**30), "disk_io_bytes_per_second": ("MB/s", 1e6),
@@ -22,8 +23,9 @@ UNITS = {"cpu_cores": ("cores", 1.0), "memory_bytes": ("GiB", 2**30), "disk_io_b
          "gpu_memory_bytes": ("GiB", 2**30), "memcpy_bytes_per_second": ("GB/s", 1e9)}
 
 
-class ProfileNotFoundError(LookupError):
-    pass
+class ProfileNotFoundError(PermanentError, LookupError):
+    """No recorded profile (or no store) answers to the name; a lookup failure, so also a
+    LookupError."""
 
 
 def store_for(data_dir: Path, mongo_url: str | None, database: str, collection: str) -> ProfileStore:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, subjects
+from alnair_common import Bus, PermanentError, subjects
 from alnair_lifecycle import TERMINAL, LifecyclePublisher, phase_name
 
 from ._workloads import active_with_name, all_workloads, workspace
@@ -33,7 +33,7 @@ AGENT_TIMEOUT = 15.0
 """Seconds to wait for the local agent to acknowledge a submission (its pending event)."""
 
 
-class RunError(Exception):
+class RunError(PermanentError):
     """Bad input or an impossible request; the message says what to change. Exit 2."""
 
 

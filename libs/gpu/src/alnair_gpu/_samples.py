@@ -22,10 +22,13 @@ __all__ = ["DeviceSample", "GpuSampler", "GpuSnapshot", "ProcessSample", "Sample
 
 
 class SampleSourceError(GpuError):
-    """The sample source cannot be used (no NVML, an unreadable or malformed recording).
+    """The sample source cannot be used (no NVML, an unreadable or malformed recording), or
+    one sample failed (an NVML query of a GPU that is lost).
 
-    Permanent for the process that raised it: the message says what is wrong and how to
-    fix it (install the driver, choose another source, re-record the file).
+    Neither permanent nor temporary by class, because the caller knows which from where it
+    stands: when a source is opened it cannot be used by this process (the message says how
+    to fix it: install the driver, choose another source, re-record the file); during a run
+    one period failed and the next may succeed.
     """
 
 

@@ -1,10 +1,12 @@
 """Alnair profiler: one profile per workload (maxima, deciles, training detection, peak memory).
 
-Public door: the service and its settings, the store (for ``alnair profile``) and the pure
-analysis functions the evaluation and the tests use.
+Public door: the service and its settings, the store (for ``alnair profile``), the pure
+analysis functions the evaluation and the tests use, and :class:`ProfilerError`, the root of
+the profiler's errors.
 """
 
 from ._detection import LaunchReport, TrainingDetection, detect, detect_from_launches, detect_from_utilisation
+from ._errors import ProfilerError
 from ._peak_memory import PeakPrediction, predict_peak
 from ._profile import ANNOTATION_PREFIX, SERIES, OwnerProfile, WorkloadProfile
 from ._series import SeriesSummary
@@ -19,6 +21,7 @@ __all__ = [
     "OwnerProfile",
     "PeakPrediction",
     "ProfileStore",
+    "ProfilerError",
     "ProfilerService",
     "ProfilerSettings",
     "SeriesSummary",

@@ -18,12 +18,14 @@ from datetime import UTC, datetime
 from alnair.v1 import common_pb2, metrics_pb2, workload_pb2
 from alnair_common import PermanentError
 
+from ._errors import ProfilerError
+
 TERMINAL = frozenset({workload_pb2.WORKLOAD_PHASE_SUCCEEDED, workload_pb2.WORKLOAD_PHASE_FAILED,
                       workload_pb2.WORKLOAD_PHASE_DELETED})
 RATIO_SLACK = 1.05  # NVML rounds; a process may read 101 % for one sample
 
 
-class InvalidInputError(PermanentError):
+class InvalidInputError(ProfilerError, PermanentError):
     """A bus message the profiler cannot use; the message says what is wrong."""
 
 

@@ -18,10 +18,11 @@ import httpx
 
 from alnair_common import TemporaryError
 
+from ._errors import ProfilerError
 from ._series import SeriesSummary
 
 
-class PrometheusError(TemporaryError):
+class PrometheusError(ProfilerError, TemporaryError):
     """Prometheus did not answer, or rejected a query."""
 
 

@@ -29,10 +29,12 @@ from pymongo.errors import PyMongoError
 
 from alnair_common import TemporaryError
 
+from ._errors import ProfilerError
+
 R = TypeVar("R")
 
 
-class StoreUnavailableError(TemporaryError):
+class StoreUnavailableError(ProfilerError, TemporaryError):
     """The document store did not answer or refused a write; retry later."""
 
 
