@@ -6,8 +6,8 @@ from __future__ import annotations
 from exporter_harness import publish_workload, running_exporter, scrape, series, settings
 
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_common.testing import wait_for
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_kubelet.api import podresources as pr
 from alnair_kubelet.testing import PodResourcesHarness
 

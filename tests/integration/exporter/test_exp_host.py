@@ -13,8 +13,8 @@ from exporter_harness import publish_workload, running_exporter, scrape, series,
 from alnair.v1 import metrics_pb2
 from alnair_common import subjects
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_common.testing import wait_for
+from alnair_common.testing.cuda_region_writer import RegionWriter
 
 # burns 0.5 s of its own CPU time (however busy the machine), says so, then keeps using
 # about half a core until it is killed

@@ -16,8 +16,8 @@ from exporter_harness import H200_UUID, SHARE, publish_workload, running_exporte
 from alnair.v1 import metrics_pb2
 from alnair_common import subjects
 from alnair_common.cuda_region import DeviceRecord
-from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_common.testing import wait_for
+from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_gpu import ReplaySampler, load_recording
 
 POD = 'namespace="ml",node="gpu-node-1",gpu_uuid="{gpu}",pod_name="{pod}"'

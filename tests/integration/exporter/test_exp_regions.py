@@ -11,8 +11,8 @@ from exporter_harness import publish_workload, running_exporter, scrape, series,
 from alnair.v1 import metrics_pb2, workload_pb2
 from alnair_common import subjects
 from alnair_common.cuda_region import HEADER_BYTES, REGION_BYTES, DeviceRecord
-from alnair_common.testing.cuda_region_writer import RegionWriter
 from alnair_common.testing import wait_for
+from alnair_common.testing.cuda_region_writer import RegionWriter
 
 GiB = 1 << 30
 ASSIGNED = "GPU-f2b4712f-9931-af4b-7a24-58183960c4b7"
