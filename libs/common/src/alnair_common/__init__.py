@@ -6,7 +6,18 @@ settings, logging, health and the service runtime. Test fixtures live in
 """
 
 from . import subjects
-from .bus import Bus, DurableConsumer, TypedKV, Versioned, ensure_streams, publish_error
+from .bus import (
+    Bus,
+    DurableConsumer,
+    KVUpdate,
+    KVWatch,
+    NotCaughtUpError,
+    StreamFollower,
+    TypedKV,
+    Versioned,
+    ensure_streams,
+    publish_error,
+)
 from .config import ServiceSettings, load_settings
 from .errors import (
     AlnairError,
@@ -31,10 +42,14 @@ __all__ = [
     "DurableConsumer",
     "Health",
     "HealthServer",
+    "KVUpdate",
+    "KVWatch",
+    "NotCaughtUpError",
     "PermanentError",
     "RevisionConflictError",
     "Service",
     "ServiceSettings",
+    "StreamFollower",
     "TemporaryError",
     "TypedKV",
     "UnknownSubjectError",

@@ -12,7 +12,16 @@ import contextlib
 import re
 
 from alnair.v1 import inventory_pb2, scheduling_pb2, workload_pb2
-from alnair_common import ConfigError, DurableConsumer, PermanentError, Service, TypedKV, publish_error, subjects
+from alnair_common import (
+    ConfigError,
+    DurableConsumer,
+    NotCaughtUpError,
+    PermanentError,
+    Service,
+    TypedKV,
+    publish_error,
+    subjects,
+)
 from alnair_gpu import GpuError, InventorySource, NodeGpus, to_proto
 from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
@@ -68,20 +77,23 @@ class DevicePluginService(Service):
         await self.publish_inventory(gpus)
 
         durable = "device-plugin-" + re.sub(r"[^A-Za-z0-9_-]", "_", self.node)
-        await self.consume(DurableConsumer(
-            self.bus, stream="SCHEDULING", durable=durable, subject=subjects.sched_bind(),
-            message_type=scheduling_pb2.BindDecision, handler=self._on_bind, max_deliver=10, ack_wait=30.0))
-        await self.consume(DurableConsumer(
-            self.bus, stream="WORKLOADS", durable=f"{durable}-workloads", subject=subjects.workload_events(),
-            message_type=workload_pb2.WorkloadEvent, handler=self._on_workload_event, max_deliver=10,
-            ack_wait=30.0))
+        consumers = [
+            await self.consume(DurableConsumer(
+                self.bus, stream="SCHEDULING", durable=durable, subject=subjects.sched_bind(),
+                message_type=scheduling_pb2.BindDecision, handler=self._on_bind, max_deliver=10,
+                ack_wait=30.0)),
+            await self.consume(DurableConsumer(
+                self.bus, stream="WORKLOADS", durable=f"{durable}-workloads",
+                subject=subjects.workload_events(), message_type=workload_pb2.WorkloadEvent,
+                handler=self._on_workload_event, max_deliver=10, ack_wait=30.0)),
+        ]
 
         allocator = Allocator(self.index, self.workspaces, ContainerPaths(
             interceptor_host=s.interceptor_host_path, interceptor_container=s.interceptor_container_path,
             workspace_container=s.workspace_container_path), gpus=lambda: self._current().gpus)
         plugins = [ResourcePlugin(r, self.state, allocator, assignment_wait_seconds=s.assignment_wait_seconds)
                    for r in Resource]
-        await self._catch_up([(c.stream, c.durable) for c in self._consumers], timeout=10.0)
+        await self._catch_up(consumers, timeout=10.0)
         self.link = KubeletLink(s.device_plugin_dir, plugins, poll_seconds=s.kubelet_poll_seconds)
         self.health.checks["kubelet"] = self._check_kubelet
         self._link_task = self.spawn(self.link.run(self._stopping), "kubelet-link")
@@ -92,21 +104,16 @@ class DevicePluginService(Service):
                 grace_seconds=s.stale_grace_seconds, on_mismatch=self._identity_mismatch)
             self.spawn(self._reconcile(s.reconcile_seconds), "podresources-reconcile")
 
-    async def _catch_up(self, consumers: list[tuple[str, str]], *, timeout: float) -> None:
+    async def _catch_up(self, consumers: list[DurableConsumer], *, timeout: float) -> None:
         """Serve the kubelet only once the decisions made while we were down are indexed, so
         the first Allocate after a restart does not miss them; give up waiting after ``timeout``."""
-        assert self.bus is not None
         deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            backlog = 0
-            for stream, durable in consumers:
-                info = await self.bus.js.consumer_info(stream, durable)
-                backlog += info.num_pending + info.num_ack_pending
-            if backlog == 0:
-                return
-            await asyncio.sleep(0.05)
-        self.log.warning("serving the kubelet before the bus backlog was indexed", backlog=backlog,
-                         waited_seconds=timeout)
+        try:
+            for consumer in consumers:
+                await consumer.caught_up(max(0.0, deadline - asyncio.get_running_loop().time()))
+        except NotCaughtUpError as e:
+            self.log.warning("serving the kubelet before the bus backlog was indexed", error=str(e),
+                             waited_seconds=timeout)
 
     async def teardown(self) -> None:
         self._stopping.set()

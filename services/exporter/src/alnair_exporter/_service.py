@@ -6,7 +6,8 @@ scrape never delays a sample and a slow sample never blocks a scrape. A period t
 is logged and counted and the next one runs: the exporter keeps serving what it last knew.
 
 Workload identity comes from ``alnair.workload.events``, read from the start of the stream
-on every start (an ordered consumer), so a restarted exporter knows every workload again.
+on every start (a :class:`StreamFollower`, an ordered consumer), so a restarted exporter
+knows every workload again.
 A malformed or invalid event is counted in ``alnair_exporter_malformed_messages_total``,
 logged, and dropped.
 """
@@ -14,20 +15,14 @@ logged, and dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import nats.errors
-from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
-
 from alnair.v1 import workload_pb2
-from alnair_common import AlnairError, DecodeError, Service, subjects
-from alnair_common.bus import decode
+from alnair_common import AlnairError, DecodeError, NotCaughtUpError, Service, StreamFollower, subjects
 from alnair_gpu import GpuSampler
 from alnair_kubelet import KubeletError, PodResourcesClient
 
@@ -66,13 +61,11 @@ class ExporterService(Service):
         self.view: NodeView | None = None
         self.sampler: NodeSampler | None = None
         self._gpu: GpuSampler | None = None
-        self._sub: Any = None
+        self._workload_events: StreamFollower[workload_pb2.WorkloadEvent] | None = None
         self._unpublishable: set[str] = set()
         self._pod_resources: PodResourcesClient | None = None
-        self._seen_sequence = 0
         self._sample_problem: str | None = None
         self._sampling_lock = threading.Lock()
-        self._seen = asyncio.Condition()
         self._allocation_problem: str | None = None
 
     async def setup(self) -> None:
@@ -102,11 +95,13 @@ class ExporterService(Service):
                              port=port, fix="set ALNAIR_METRICS_PORT to a free port")
         self.log.info("serving metrics", url=f"http://{s.metrics_host}:{port}/metrics")
         assert self.bus is not None
-        self._sub = await self.bus.js.subscribe(
-            subjects.workload_events(), cb=self._on_workload_event, ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-        )
-        await self._catch_up_on_workloads()
+        spec = next(s for s in subjects.STREAMS if "alnair.workload.>" in s.subjects)
+        self._workload_events = StreamFollower(
+            self.bus, stream=spec.name, subject=subjects.workload_events(),
+            message_type=workload_pb2.WorkloadEvent, handler=self._on_workload_event,
+            on_malformed=self._on_malformed_event)
+        await self._workload_events.start()
+        await self._catch_up_on_workloads(self._workload_events)
         self.health.checks["sampling"] = self._check_sampling
         self.spawn(self._sample_loop(), "sampling")
         if s.pod_resources_socket is not None:
@@ -114,8 +109,8 @@ class ExporterService(Service):
             self.spawn(self._allocations_loop(self._pod_resources), "pod-resources")
 
     async def teardown(self) -> None:
-        if self._sub is not None:
-            await self._sub.unsubscribe()
+        if self._workload_events is not None:
+            await self._workload_events.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         if self._pod_resources is not None:
@@ -137,37 +132,25 @@ class ExporterService(Service):
         with self._sampling_lock:
             return self.sampler.sample()
 
-    async def _catch_up_on_workloads(self, timeout: float = 5.0) -> None:
+    async def _catch_up_on_workloads(self, events: StreamFollower[workload_pb2.WorkloadEvent],
+                                     timeout: float = 5.0) -> None:
         """Wait (bounded) until the event history is applied, so the first period already
         knows every workload instead of logging their regions as unknown."""
-        assert self.bus is not None
-        spec = next(s for s in subjects.STREAMS if "alnair.workload.>" in s.subjects)
         try:
-            last = (await self.bus.js.get_last_msg(spec.name, subjects.workload_events())).seq or 0
-        except nats.errors.Error:
-            return  # no event yet (or the stream is away): nothing to wait for
-        try:
-            async with self._seen:
-                await asyncio.wait_for(self._seen.wait_for(lambda: self._seen_sequence >= last), timeout)
-        except TimeoutError:
-            self.log.info("workload history not fully read yet; sampling anyway", want=last,
-                          have=self._seen_sequence)
+            await events.caught_up(timeout)
+        except NotCaughtUpError as e:
+            self.log.info("workload history not fully read yet; sampling anyway", error=str(e))
 
-    async def _on_workload_event(self, msg: Msg) -> None:
-        with contextlib.suppress(Exception):  # metadata of a JetStream delivery; absent elsewhere
-            sequence = msg.metadata.sequence.stream
-            async with self._seen:
-                self._seen_sequence = max(self._seen_sequence, sequence)
-                self._seen.notify_all()
+    def _on_malformed_event(self, subject: str, error: DecodeError) -> None:
+        self.stats.message_malformed(subjects.workload_events(), "decode")
+        self.log.warning("malformed workload event dropped", subject=subject, error=str(error))
+
+    async def _on_workload_event(self, subject: str, event: workload_pb2.WorkloadEvent) -> None:
         try:
-            update = WorkloadUpdate.from_proto(decode(msg.subject, msg.data, workload_pb2.WorkloadEvent))
-        except DecodeError as e:
-            self.stats.message_malformed(subjects.workload_events(), "decode")
-            self.log.warning("malformed workload event dropped", subject=msg.subject, error=str(e))
-            return
+            update = WorkloadUpdate.from_proto(event)
         except InvalidWorkloadEvent as e:
             self.stats.message_malformed(subjects.workload_events(), "invalid")
-            self.log.warning("invalid workload event dropped", subject=msg.subject, error=str(e))
+            self.log.warning("invalid workload event dropped", subject=subject, error=str(e))
             return
         if update.node and update.node != self.settings.node_name:
             self.directory.forget(update.info.uid)  # placed on another node: not ours to measure

@@ -3,23 +3,29 @@
 On start the model is rebuilt before anything is placed: committed shares from the
 ``gpu_allocations`` bucket, inventories from the ``node_inventory`` bucket (watched for
 changes) and the INVENTORY stream, then the full history of workload and PodGroup events is
-replayed (the replaying consumers are recreated from the stream's start each time). Only
-when those consumers have caught up does the placement cycle start — see ``_engine``.
+replayed (the replaying consumers read the streams from their start each time). Only when
+the watch and those consumers have caught up with what existed at start does the placement
+cycle start — see ``_engine``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 import uuid
 from typing import Literal
 
-import nats.js.errors
 from pydantic import Field
 
 from alnair.v1 import commands_pb2, inventory_pb2, metrics_pb2, scheduling_pb2, workload_pb2
-from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
+from alnair_common import (
+    DurableConsumer,
+    KVWatch,
+    NotCaughtUpError,
+    Service,
+    ServiceSettings,
+    TypedKV,
+    subjects,
+)
 
 from . import _convert
 from ._domain import SCHEDULER_NAME, Profile
@@ -68,7 +74,7 @@ class SchedulerService(Service):
             gang_reserve_after_seconds=s.gang_reserve_after_seconds)
         restored = await self.engine.restore()
         self.health.checks["replay"] = self._check_replay
-        await self._watch_inventory_bucket()
+        watch = await self._watch_inventory_bucket()
         p = s.consumer_prefix
         replayed = [
             ("INVENTORY", f"{p}-inventory", "alnair.node.*.inventory", inventory_pb2.NodeInventory,
@@ -78,62 +84,51 @@ class SchedulerService(Service):
             ("WORKLOADS", f"{p}-workloads", subjects.workload_events(), workload_pb2.WorkloadEvent,
              self._on_workload),
         ]
+        replaying: list[DurableConsumer | KVWatch[inventory_pb2.NodeInventory]] = [watch]
         for stream, durable, subject, message_type, handler in replayed:
-            with contextlib.suppress(nats.js.errors.NotFoundError):
-                await bus.js.delete_consumer(stream, durable)
-            await self.consume(DurableConsumer(
+            replaying.append(await self.consume(DurableConsumer(
                 bus, stream=stream, durable=durable, subject=subject, message_type=message_type,
-                handler=handler, batch=256, fetch_timeout=0.5))
+                handler=handler, batch=256, fetch_timeout=0.5, from_start=True)))
         await self.consume(DurableConsumer(
             bus, stream="SCHEDULING", durable=f"{p}-bound", subject=subjects.sched_bound(),
             message_type=scheduling_pb2.BindResult, handler=self._on_bound, fetch_timeout=0.5))
         await bus.subscribe("alnair.metrics.gpu.*", metrics_pb2.NodeSampleBatch, self._on_samples)
-        self.spawn(self._activate_after_replay([(st, d) for st, d, *_ in replayed]), "replay-gate")
+        self.spawn(self._activate_after_replay(replaying), "replay-gate")
         self.spawn(self.engine.loop(self._stop, s.tick_seconds), "scheduling-loop")
         self.log.info("model restored", shares=restored, nodes=len(self.engine.cluster.nodes))
 
     async def _check_replay(self) -> str | None:
         return None if self.engine.active else "replaying workload events"
 
-    async def _watch_inventory_bucket(self) -> None:
+    async def _watch_inventory_bucket(self) -> KVWatch[inventory_pb2.NodeInventory]:
+        """Inventories as nodes write them, current ones first; a delete changes nothing
+        here, and a value that does not decode is skipped by the watch."""
         assert self.bus is not None
-        kv = await self.bus.js.key_value(INVENTORY_BUCKET) if await self._bucket_exists() else \
-            await self.bus.js.create_key_value(bucket=INVENTORY_BUCKET)
-        watcher = await kv.watchall()
+        kv = await TypedKV.open(self.bus, INVENTORY_BUCKET, inventory_pb2.NodeInventory)
+        watch = await kv.watch()
 
         async def follow() -> None:
-            async for entry in watcher:
-                if entry is None or entry.value is None or entry.operation in ("DEL", "PURGE"):
+            async for update in watch:
+                if update.value is None:
                     continue
-                inv = inventory_pb2.NodeInventory()
                 try:
-                    inv.ParseFromString(entry.value)
-                    self._apply_inventory(inv)
+                    self._apply_inventory(update.value)
                 except Exception as e:  # noqa: BLE001 - one bad entry must not stop the watch
-                    self.log.warning("bad node_inventory entry ignored", key=entry.key, error=str(e))
+                    self.log.warning("bad node_inventory entry ignored", key=update.key, error=str(e))
 
         self.spawn(follow(), "inventory-bucket-watch")
+        return watch
 
-    async def _bucket_exists(self) -> bool:
-        assert self.bus is not None
-        try:
-            await self.bus.js.key_value(INVENTORY_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            return False
-        return True
-
-    async def _activate_after_replay(self, consumers: list[tuple[str, str]]) -> None:
-        assert self.bus is not None
+    async def _activate_after_replay(
+            self, replaying: list[DurableConsumer | KVWatch[inventory_pb2.NodeInventory]]) -> None:
         s: SchedulerSettings = self.settings  # type: ignore[assignment]
         deadline = time.monotonic() + s.replay_timeout_seconds
-        while time.monotonic() < deadline:
-            infos = [await self.bus.js.consumer_info(stream, durable) for stream, durable in consumers]
-            if all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
-                break
-            await asyncio.sleep(0.05)
-        else:
+        try:
+            for each in replaying:
+                await each.caught_up(max(0.0, deadline - time.monotonic()))
+        except NotCaughtUpError as e:
             self.log.warning("replay not finished in time; placing anyway",
-                             timeout_s=s.replay_timeout_seconds)
+                             timeout_s=s.replay_timeout_seconds, error=str(e))
         await self.engine.activate()
         self.log.info("replay done; placing", workloads=len(self.engine.workloads),
                       gangs=len(self.engine.gangs))

@@ -1,4 +1,4 @@
-"""Durable delivery: streams provisioned from the subject table and pull consumers.
+"""Durable delivery: pull consumers with explicit acknowledgement.
 
 A :class:`DurableConsumer` hands each message to its handler and settles it by the outcome:
 success → ``ack`` (acknowledged synchronously, so a restart never redelivers a message whose
@@ -12,6 +12,10 @@ between), JetStream redelivers the message. The consumer remembers the stream se
 handled but could not ack, and acks their redelivery without running the handler again.
 Across a restart of the consuming *process* that memory is gone, so handlers that must not
 double-apply are idempotent as well (events carry sequence numbers for that).
+
+Replay, then live: :meth:`DurableConsumer.caught_up` says when the backlog that existed at
+start is settled (see ``_catch_up``); ``from_start=True`` drops the position the durable kept
+and reads the whole stream again, for a service that rebuilds an in-memory model on each start.
 """
 
 from __future__ import annotations
@@ -27,41 +31,20 @@ import nats.js.errors
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from alnair.v1 import platform_pb2
 
 from .. import subjects
-from ..errors import AlnairError, DecodeError, PermanentError, TemporaryError
+from ..errors import AlnairError, BusUnavailableError, DecodeError, PermanentError, TemporaryError
 from ..logs import get_logger
 from . import _metrics
+from ._catch_up import CatchUp, last_sequence
 from ._client import Bus
 from ._codec import decode
 
 M = TypeVar("M", bound=Message)
 log = get_logger("alnair.bus")
-
-
-async def ensure_streams(bus: Bus, specs: tuple[subjects.StreamSpec, ...] = subjects.STREAMS,
-                         *, replicas: int = 1) -> None:
-    """Create or update every stream; safe to call from every service on every start."""
-    for spec in specs:
-        config = StreamConfig(
-            name=spec.name,
-            subjects=list(spec.subjects),
-            description=spec.description,
-            storage=StorageType.FILE,
-            max_age=spec.max_age_seconds,
-            duplicate_window=spec.duplicate_window_seconds,
-            num_replicas=replicas,
-        )
-        try:
-            await bus.js.stream_info(spec.name)
-        except nats.js.errors.NotFoundError:
-            with contextlib.suppress(nats.js.errors.BadRequestError):
-                await bus.js.add_stream(config)
-                continue
-        await bus.js.update_stream(config)
 
 
 class DurableConsumer:
@@ -81,6 +64,7 @@ class DurableConsumer:
         batch: int = 64,
         fetch_timeout: float = 1.0,
         concurrency: int = 1,
+        from_start: bool = False,
     ) -> None:
         self.bus = bus
         self.stream = stream
@@ -103,14 +87,70 @@ class DurableConsumer:
         # 1 keeps the stream's order; more settles up to that many messages of a batch at
         # once, for handlers whose messages are independent and slow (API calls).
         self.concurrency = concurrency
+        self.from_start = from_start
+        self._catch_up = CatchUp(f"consumer {durable!r} on stream {stream!r}")
+        self._near_target = asyncio.Event()
+        self._catch_up_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         # Stream sequences handled but not acknowledged; bounded, oldest forgotten first.
         self._handled_unacked: OrderedDict[int, None] = OrderedDict()
 
     async def start(self) -> None:
+        if self.from_start:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await self.bus.js.delete_consumer(self.stream, self.durable)
         await self._subscribe()
         self._task = asyncio.create_task(self._run(), name=f"consumer:{self.durable}")
+        self._catch_up_task = asyncio.create_task(self._watch_catch_up(),
+                                                  name=f"catch-up:{self.durable}")
+
+    @property
+    def is_caught_up(self) -> bool:
+        return self._catch_up.done.is_set()
+
+    async def caught_up(self, timeout: float) -> None:
+        """Return once every message that matched at start is acknowledged or terminated
+        (a nak'd one must be redelivered and settled first); raise
+        :class:`NotCaughtUpError`, with the progress made, after ``timeout`` seconds."""
+        await self._catch_up.wait(timeout)
+
+    async def _watch_catch_up(self) -> None:
+        """Decide catch-up by the server's word, not our count: a restarted durable may have
+        nothing left to deliver, and an ack that was lost leaves the message pending."""
+        progress = self._catch_up
+        while progress.target is None:
+            try:
+                progress.target = await last_sequence(self.bus, self.stream, self.subject)
+            except BusUnavailableError as e:
+                log.info("catch-up target unknown, retrying", durable=self.durable, error=str(e))
+                await self._pause(0.5)
+                if self._stopping.is_set():
+                    return
+        while progress.target > 0 and not self._stopping.is_set():
+            try:
+                info = await self.bus.js.consumer_info(self.stream, self.durable)
+            except (TimeoutError, nats.errors.Error, nats.js.errors.Error):
+                info = None
+            if info is not None and (
+                (info.ack_floor.stream_seq if info.ack_floor else 0) >= progress.target
+                or (info.num_pending == 0 and info.num_ack_pending == 0)
+            ):
+                break
+            # Poll slowly while replaying, quickly once the target message was settled (its
+            # ack or term may still be on its way to the server).
+            near = progress.highest >= progress.target
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._near_target.wait(), 0.05 if near else 0.5)
+            self._near_target.clear()
+        if not self._stopping.is_set():
+            progress.reached()
+
+    def _settled(self, sequence: int) -> None:
+        self._catch_up.settled(sequence)
+        target = self._catch_up.target
+        if target is not None and sequence >= target:
+            self._near_target.set()
 
     async def _subscribe(self) -> None:
         self._psub = await self.bus.js.pull_subscribe(
@@ -120,6 +160,10 @@ class DurableConsumer:
     async def stop(self) -> None:
         """Finish the message in hand, then stop fetching."""
         self._stopping.set()
+        if self._catch_up_task is not None:
+            self._catch_up_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._catch_up_task
         if self._task is not None:
             await self._task
         with contextlib.suppress(Exception):
@@ -199,6 +243,7 @@ class DurableConsumer:
                           delivered=msg.metadata.num_delivered)
             await self._nak(msg, 1.0)
             return
+        self._settled(sequence)
         await self._ack(msg, sequence)
 
     async def _ack(self, msg: Msg, sequence: int) -> None:
@@ -221,6 +266,7 @@ class DurableConsumer:
         log.warning("message terminated", subject=msg.subject, code=code, reason=reason)
         with contextlib.suppress(nats.errors.Error):
             await msg.term()
+        self._settled(msg.metadata.sequence.stream)
         await publish_error(self.bus, code=code, message=reason, subject=msg.subject,
                             permanent=True)
 

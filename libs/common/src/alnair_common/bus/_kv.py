@@ -2,7 +2,8 @@
 
 Readers get the value with its revision; writers say which revision they saw. A writer that
 lost a race gets :class:`RevisionConflictError` and re-reads — :meth:`TypedKV.mutate` does the
-loop — so two schedulers can never both commit the same GPU share.
+loop — so two schedulers can never both commit the same GPU share. Readers that keep a copy follow
+the bucket with :meth:`TypedKV.watch` (current values, then changes; see ``_kv_watch``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nats.js.kv import KeyValue
 from .. import subjects
 from ..errors import RevisionConflictError, TemporaryError
 from ._client import Bus
+from ._kv_watch import KVWatch
 
 M = TypeVar("M", bound=Message)
 
@@ -32,10 +34,12 @@ class Versioned(Generic[M]):
 class TypedKV(Generic[M]):
     """A bucket whose values are all ``message_type``."""
 
-    def __init__(self, kv: KeyValue, bucket: str, message_type: type[M]) -> None:
+    def __init__(self, kv: KeyValue, bucket: str, message_type: type[M], *,
+                 service: str = "") -> None:
         self._kv = kv
         self.bucket = bucket
         self.message_type = message_type
+        self.service = service  # labels the watch's decode-error counter
 
     @classmethod
     async def open(cls, bus: Bus, bucket: str, message_type: type[M]) -> TypedKV[M]:
@@ -50,7 +54,12 @@ class TypedKV(Generic[M]):
                 KeyValueConfig(bucket=bucket, history=history, description=description,
                                storage=StorageType.FILE)
             )
-        return cls(kv, bucket, message_type)
+        return cls(kv, bucket, message_type, service=bus.service)
+
+    async def watch(self, keys: str = ">") -> KVWatch[M]:
+        """Follow the keys matching ``keys``: every current value, then each put and delete."""
+        watcher = await self._kv.watch(keys)
+        return KVWatch(watcher, self.bucket, self.message_type, self.service)
 
     async def get(self, key: str) -> Versioned[M] | None:
         try:

@@ -1,0 +1,103 @@
+"""Following a KV bucket: its current values first, then every change, typed.
+
+A service that keeps a copy of shared state (the scheduler's node inventories) reads what the
+bucket holds now and then each put and delete as it happens, from one ordered watch, so no
+change between "read all" and "start watching" can be missed. The client marks the end of the
+current values; :meth:`KVWatch.caught_up` turns that marker into a signal: the iteration has
+taken every current value (and so has handled them: it asked for the next one).
+
+Keys deleted before the watch started are not reported (they have no current value); a
+delete while watching is, as an update whose ``value`` is None. A value that does not decode
+is logged and counted (``alnair_bus_decode_errors_total``) and skipped, so one bad writer
+cannot stop the watch — the key keeps its last good value for the watcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import nats.errors
+from google.protobuf.message import Message
+from nats.js.kv import KeyValue
+
+from ..errors import DecodeError
+from ..logs import get_logger
+from . import _metrics
+from ._catch_up import CatchUp
+from ._codec import decode
+
+M = TypeVar("M", bound=Message)
+log = get_logger("alnair.bus")
+_REMOVED = ("DEL", "PURGE")
+
+
+@dataclass(frozen=True)
+class KVUpdate(Generic[M]):
+    """One key's new state; ``value`` None: the key was deleted or purged."""
+
+    key: str
+    value: M | None
+    revision: int
+
+    @property
+    def deleted(self) -> bool:
+        return self.value is None
+
+
+class KVWatch(Generic[M]):
+    """An async iterator of :class:`KVUpdate`; made by :meth:`TypedKV.watch`."""
+
+    def __init__(self, watcher: KeyValue.KeyWatcher, bucket: str, message_type: type[M],
+                 service: str) -> None:
+        self._watcher = watcher
+        self.bucket = bucket
+        self.message_type = message_type
+        self._service = service
+        self._catch_up = CatchUp(f"watch of bucket {bucket!r}",
+                                 until="waiting for the iteration to take every current value")
+
+    def __aiter__(self) -> KVWatch[M]:
+        return self
+
+    async def __anext__(self) -> KVUpdate[M]:
+        while True:
+            entry = await self._watcher.__anext__()  # StopAsyncIteration once stopped
+            if entry is None:
+                self._catch_up.reached()
+                continue
+            update = self._typed(entry)
+            if update is not None:
+                return update
+
+    @property
+    def is_caught_up(self) -> bool:
+        return self._catch_up.done.is_set()
+
+    async def caught_up(self, timeout: float) -> None:
+        """Return once the iteration has taken every value the bucket held at start; raise
+        :class:`NotCaughtUpError` after ``timeout`` seconds (nobody iterating, or slowly)."""
+        await self._catch_up.wait(timeout)
+
+    async def stop(self) -> None:
+        """End the iteration; the server forgets the watch."""
+        try:
+            await self._watcher.stop()
+        except nats.errors.Error as e:
+            log.info("watch already gone", bucket=self.bucket, error=repr(e))
+
+    def _typed(self, entry: KeyValue.Entry) -> KVUpdate[M] | None:
+        revision = entry.revision or 0
+        self._catch_up.settled(revision)
+        if entry.operation in _REMOVED or entry.value is None:
+            if not self.is_caught_up:
+                return None  # deleted before we looked: nothing current to report
+            return KVUpdate(entry.key, None, revision)
+        try:
+            value = decode(f"$KV.{self.bucket}.{entry.key}", entry.value, self.message_type)
+        except DecodeError as e:
+            _metrics.counter(_metrics.DECODE_ERRORS, self._service, f"$KV.{self.bucket}.>").inc()
+            log.warning("malformed value skipped", bucket=self.bucket, key=entry.key,
+                        revision=revision, error=str(e))
+            return None
+        return KVUpdate(entry.key, value, revision)
