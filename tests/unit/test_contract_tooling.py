@@ -36,3 +36,16 @@ def test_layering_contracts_hold() -> None:
                             text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_no_service_touches_the_raw_jetstream_context() -> None:
+    """import-linter sees imports, not attributes: ``bus.js``/``bus.nc`` are the bus package's."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "services").glob("*/src/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("js", "nc"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    assert found == [], "use alnair_common.bus (DurableConsumer, StreamFollower, TypedKV.watch): " \
+        + ", ".join(found)

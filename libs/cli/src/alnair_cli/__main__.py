@@ -118,6 +118,10 @@ def events(
     requests: Annotated[bool, typer.Option(help="Also show health/status queries.")] = False,
 ) -> None:
     """Tail the bus with every message decoded."""
+    try:
+        subjects.check_pattern(subject)
+    except AlnairError as e:
+        raise fail(f"--subject: {e}", code=2) from e
     target = resolve_nats(data_dir, nats_url)
 
     async def _tail() -> None:

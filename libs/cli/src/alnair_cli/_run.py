@@ -29,6 +29,8 @@ from ._workloads import active_with_name, all_workloads, workspace
 P = wl.WorkloadPhase
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?$")
 _NOT_FORWARDED = ("ALNAIR_", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD")
+MAX_GPU_MEMORY_GIB = 4096
+"""More than any one GPU holds; a request above it is a typo, not a placement to wait for."""
 AGENT_TIMEOUT = 15.0
 """Seconds to wait for the local agent to acknowledge a submission (its pending event)."""
 
@@ -54,8 +56,9 @@ class RunRequest:
         if not 1 <= compute_percent <= 100:
             raise RunError(f"--gpu-compute {compute_percent}: the compute share is a percent "
                            "of one GPU, 1..100")
-        if memory_gib < 0:
-            raise RunError(f"--gpu-memory {memory_gib}: GiB must be >= 0")
+        if not 0 <= memory_gib <= MAX_GPU_MEMORY_GIB:
+            raise RunError(f"--gpu-memory {memory_gib}: GiB of one GPU, 0..{MAX_GPU_MEMORY_GIB} "
+                           "(0 asks for no memory limit)")
         uid = uuid.uuid4().hex
         if name is None:
             base = re.sub(r"[^a-z0-9_-]+", "-", Path(command[0]).name.lower()).strip("-_")

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from alnair.v1 import platform_pb2
+from alnair_common.processes import die_with_parent
 
 LineSink = Callable[[str, str], None]
 MIN_BACKOFF, MAX_BACKOFF, STABLE_AFTER = 0.5, 30.0, 30.0
@@ -88,6 +89,9 @@ class Supervisor:
                 *child.argv, env=child.env, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                # A supervisor killed with SIGKILL still takes its services down (gracefully:
+                # the local agent leaves its workloads running for the next `alnair up`).
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
             child.pid = child.process.pid
             child.state = platform_pb2.PROCESS_STATE_RUNNING

@@ -16,6 +16,7 @@ from alnair.v1 import platform_pb2
 from alnair_common import Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
 from alnair_common.credentials import BusCredentials
 from alnair_common.natsd import NatsServer
+from alnair_gpu import InventoryFormatError, SimulatedInventory
 
 from ._platform import PlatformInfo, bus_credentials
 from ._supervisor import Child, Supervisor
@@ -29,10 +30,14 @@ _COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_
 def agent_env(gpus: str | None, interceptor: Path | None) -> dict[str, str]:
     """Environment for the services from `alnair up`'s GPU options, checked before start."""
     env: dict[str, str] = {}
-    if gpus:
+    if gpus is not None:
         if not gpus.startswith("sim:"):
             raise ConfigError(f"--gpus {gpus!r}: only a simulated inventory can be given, "
                               "e.g. --gpus sim:2x80; leave it out to use the machine's GPUs")
+        try:
+            SimulatedInventory.parse(gpus)  # before anything starts, not in the agent
+        except InventoryFormatError as e:
+            raise ConfigError(f"--gpus: {e}") from e
         env["ALNAIR_GPUS"] = gpus
     if interceptor is not None:
         if not interceptor.is_file():

@@ -19,6 +19,7 @@ from typing import Any
 
 from .credentials import render_server_config, write_private
 from .errors import ConfigError, TemporaryError
+from .processes import die_with_parent
 
 
 def nats_server_binary() -> Path:
@@ -101,7 +102,9 @@ class NatsServer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                # JetStream flushes on SIGTERM; a supervisor that was killed cannot send it.
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -218,6 +218,26 @@ def name_of(token_: str) -> str:
     return raw.decode()
 
 
+def check_pattern(pattern: str) -> str:
+    """``pattern`` if NATS accepts it as a subscription subject; PermanentError saying why not."""
+    tokens = pattern.split(".")
+    problem = None
+    if not pattern.strip():
+        problem = "it is empty"
+    elif any(not t for t in tokens):
+        problem = "it has an empty token (two dots in a row, or a dot at an end)"
+    elif any(c.isspace() for c in pattern):
+        problem = "it holds white space"
+    elif any(t != ">" and ">" in t or t != "*" and "*" in t for t in tokens):
+        problem = "a wildcard must be a whole token (* or >)"
+    elif ">" in tokens[:-1]:
+        problem = "> may only be the last token"
+    if problem:
+        raise PermanentError(f"subject {pattern!r} is not valid: {problem}; e.g. alnair.> or "
+                             "alnair.workload.*")
+    return pattern
+
+
 @functools.lru_cache(maxsize=8192)
 def spec_for(subject: str) -> SubjectSpec:
     """The table entry a concrete subject belongs to (cached: it runs on every message)."""

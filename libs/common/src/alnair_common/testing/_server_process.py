@@ -14,16 +14,13 @@ armed for servers started from the main thread, where pytest runs fixtures.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
-import sys
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..processes import die_with_parent
 from ._plane_errors import ServerStartError
 
 _LOG_TAIL_LINES = 40
@@ -56,7 +53,7 @@ class ServerProcess:
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent(),
             )
         except OSError as e:
             self._log.close()
@@ -111,32 +108,6 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"ServerProcess({self.name!r}, pid={self.pid}, log={str(self.log_path)!r})"
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A pre-exec hook arming SIGKILL on parent death, or None where it cannot apply.
-
-    The hook only calls an already-resolved libc function, which is safe between fork and
-    exec even with other threads around.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-    return arm
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
