@@ -3,27 +3,20 @@
 Every change is a compare-and-set on the card's key: the capacity check runs on the value
 read at the revision being replaced, so a share that another scheduler committed in the
 meantime is always counted (the loser re-reads and re-checks). The value carries the
-capacity it was checked against, so it stays meaningful without the inventory.
+capacity it was checked against, so it stays meaningful without the inventory. The key of
+a card is :func:`alnair_common.allocations.card_key`, shared with the adapters that check a
+bind decision against this bucket before carrying it out.
 """
 
 from __future__ import annotations
 
-import re
-
 from alnair.v1 import allocation_pb2
 from alnair_common import Bus, RevisionConflictError, TemporaryError, TypedKV
+from alnair_common.allocations import BUCKET, card_key
 
 from ._convert import share_proto, shares_from_allocation
 from ._domain import Card, Share
 from ._errors import CardFullError
-
-BUCKET = "gpu_allocations"
-_BAD_KEY_CHARS = re.compile(r"[^-_=A-Za-z0-9]")
-
-
-def card_key(gpu_uuid: str) -> str:
-    """KV keys allow fewer characters than GPU UUIDs may hold; the value keeps the real one."""
-    return _BAD_KEY_CHARS.sub("_", gpu_uuid)
 
 
 class AllocationStore:
