@@ -47,6 +47,7 @@ class Pod:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
+    node: str = ""  # where the adapter reported it bound (its later events carry it)
 
     def ref(self) -> common_pb2.WorkloadRef:
         return common_pb2.WorkloadRef(uid=self.uid, name=self.name, namespace=self.namespace,
@@ -54,7 +55,8 @@ class Pod:
 
 
 class Adapter:
-    """Publishes inventories, PodGroups and workload lifecycle events like an adapter."""
+    """Publishes inventories, PodGroups and workload lifecycle events like kube-bridge: its
+    events say ``source="kube-bridge"`` and, once a pod is bound, carry the pod's node."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -97,25 +99,36 @@ class Adapter:
         return pod
 
     async def bound(self, pod: Pod, decision: scheduling_pb2.BindDecision) -> None:
+        pod.node = decision.assignment.node
         await self._event(pod, workload_pb2.WORKLOAD_PHASE_BOUND, assignment=decision.assignment)
+
+    async def running(self, pod: Pod) -> None:
+        await self._event(pod, workload_pb2.WORKLOAD_PHASE_RUNNING)
 
     async def finish(self, pod: Pod, phase: int = workload_pb2.WORKLOAD_PHASE_SUCCEEDED) -> None:
         await self._event(pod, phase)
 
+    async def forge(self, pod: Pod, phase: int = workload_pb2.WORKLOAD_PHASE_SUCCEEDED, *,
+                    node: str | None = None, source: str = "kube-bridge") -> None:
+        """An event for ``pod`` as someone else would publish it: another ``node``, another
+        ``source`` (the sequence is the next one, as a forger would choose)."""
+        await self._event(pod, phase, node=pod.node if node is None else node, source=source)
+
     async def _event(self, pod: Pod, phase: int, *, scheduler: str = "alnair-scheduler",
                      with_request: bool = True,
-                     assignment: common_pb2.GpuAssignment | None = None) -> None:
+                     assignment: common_pb2.GpuAssignment | None = None,
+                     node: str | None = None, source: str = "kube-bridge") -> None:
         w = workload_pb2.Workload(
             ref=pod.ref(), scheduler_name=scheduler, phase=phase, labels=pod.labels,
             annotations=pod.annotations, created_at=stamp(pod.created),
-            node=assignment.node if assignment else "")
+            node=pod.node if node is None else node)
         if with_request:
             w.request.CopyFrom(common_pb2.GpuRequest(memory_gib=pod.memory_gib,
                                                      compute_percent=pod.compute_percent))
         if assignment is not None:
             w.assignment.CopyFrom(assignment)
         await self.bus.publish(subjects.workload_events(), workload_pb2.WorkloadEvent(
-            workload=w, observed_at=stamp(), sequence=next(_seq), source="test-adapter"))
+            workload=w, observed_at=stamp(), sequence=next(_seq), source=source))
 
     async def podgroup(self, name: str, min_member: int, timeout_s: int = 0, *,
                        namespace: str = "default", deleted: bool = False) -> None:

@@ -26,6 +26,7 @@ from alnair_common import PermanentError
 from ._domain import (
     POD_GROUP_LABEL,
     PROFILE_ANNOTATION,
+    Adapter,
     Assignment,
     Card,
     Failure,
@@ -48,6 +49,8 @@ _PHASES = {
     workload_pb2.WORKLOAD_PHASE_DELETED: Phase.FINISHED,
 }
 GIB = 1024**3
+_ADAPTER_OF_MODE: dict[int, Adapter] = {common_pb2.MODE_KUBERNETES: Adapter.KUBE_BRIDGE,
+                    common_pb2.MODE_LOCAL: Adapter.LOCAL_AGENT}
 
 
 def _ts(ts: Timestamp) -> float:
@@ -66,6 +69,11 @@ def workload_id(ref: common_pb2.WorkloadRef) -> WorkloadId:
 
 def workload_ref(w: WorkloadId) -> common_pb2.WorkloadRef:
     return common_pb2.WorkloadRef(uid=w.uid, name=w.name, namespace=w.namespace, mode=w.mode)
+
+
+def adapter_of_mode(mode: int) -> Adapter | None:
+    """The adapter that reports a workload of ``mode``; None when the mode is unspecified."""
+    return _ADAPTER_OF_MODE.get(mode)
 
 
 def workload_from_event(event: workload_pb2.WorkloadEvent) -> Workload:
@@ -93,7 +101,7 @@ def workload_from_event(event: workload_pb2.WorkloadEvent) -> Workload:
         ref=workload_id(w.ref), request=request, phase=phase, scheduler_name=w.scheduler_name,
         sequence=event.sequence, created_at=_ts(w.created_at) if w.HasField("created_at") else 0.0,
         profile=w.annotations.get(PROFILE_ANNOTATION), pod_group=group, node=w.node,
-        invalid=invalid,
+        invalid=invalid, source=event.source,
     )
 
 
@@ -201,6 +209,10 @@ def gang_status(g: Gang, scheduled: int, message: str) -> commands_pb2.StatusUpd
         status_json=json.dumps({"phase": g.phase, "scheduled": scheduled, "message": message}))
 
 
-def bind_result(r: scheduling_pb2.BindResult) -> tuple[WorkloadId, bool, str, str]:
-    """(workload, ok, reason, gpu uuid) of an adapter's answer."""
-    return workload_id(r.workload), r.ok, r.reason, r.assignment.gpu_uuid
+def bind_result(r: scheduling_pb2.BindResult) -> tuple[WorkloadId, bool, str, str,
+                                                        tuple[str, int, int]]:
+    """(workload, ok, reason, gpu uuid, (node, GiB, %)) of an adapter's answer: the
+    assignment it answers about, as the decision it carried out (or refused) named it."""
+    a = r.assignment
+    return (workload_id(r.workload), r.ok, r.reason, a.gpu_uuid,
+            (a.node, a.memory_gib, a.compute_percent))

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from alnair_common import PermanentError
 from alnair_common.annotations import POD_GROUP_LABEL as POD_GROUP_LABEL  # re-exported
 from alnair_common.annotations import SCHEDULING_PROFILE as PROFILE_ANNOTATION
 
-from ._errors import InvalidRequestError
+from ._errors import InvalidRequestError, SchedulerError
 
 SCHEDULER_NAME = "alnair-scheduler"
 MAX_COMPUTE_PERCENT = 100
@@ -36,6 +37,22 @@ class Profile(StrEnum):
                 "unknown-profile",
                 f"scheduling profile {value!r} is unknown; set {PROFILE_ANNOTATION} to one of {known}",
             ) from None
+
+
+class Adapter(StrEnum):
+    """Who reports a workload's lifecycle: kube-bridge for pods, the local agent for local
+    workloads (``WorkloadEvent.source`` is "kube-bridge" or "local-agent@<host>")."""
+
+    KUBE_BRIDGE = "kube-bridge"
+    LOCAL_AGENT = "local-agent"
+
+    @classmethod
+    def of_source(cls, source: str) -> Adapter | None:
+        """The adapter kind of a source ("local-agent@host" → LOCAL_AGENT); None if unknown."""
+        try:
+            return cls(source.split("@", 1)[0])
+        except ValueError:
+            return None
 
 
 class Phase(StrEnum):
@@ -80,6 +97,8 @@ class Workload:
     node: str = ""
     # Why the request cannot be read (bad units); reported instead of placing.
     invalid: InvalidRequestError | None = None
+    # Who sent the event, as it says (``WorkloadEvent.source``; see Adapter.of_source).
+    source: str = ""
 
     @property
     def group_key(self) -> str | None:
@@ -163,6 +182,22 @@ class Gang:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class ImplausibleEventError(SchedulerError, PermanentError):
+    """A workload event the workload's own adapter cannot have sent (``reason``: a
+    :data:`IMPLAUSIBLE_REASONS` code). The bus lets any adapter publish any workload's events;
+    only the scheduler knows where a workload runs and who reports it, so it refuses the
+    event (never freeing its share) and the consumer terminates it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+WRONG_NODE = "wrong-node"
+WRONG_SOURCE = "wrong-source"
+IMPLAUSIBLE_REASONS = (WRONG_NODE, WRONG_SOURCE)
 
 
 def validate_request(memory_gib: int, compute_percent: int) -> Request:

@@ -6,6 +6,11 @@ compare-and-set in KV *before* it is announced, and the model follows KV, so the
 crash can do is leave a committed share unannounced — re-announced when the restarted
 scheduler has replayed the events. Until that replay is done the cycle does not run: a
 workload that looks pending early in the replay may have finished later in it.
+
+An event about a workload that holds a share is checked before it changes anything: it must
+come from the adapter of the workload's mode and name the node the share is committed on
+(any adapter may publish any workload's events on the bus). An implausible one is refused
+with its reason, logged and counted, and frees nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,22 @@ from alnair_common import AlnairError, get_logger
 
 from . import _metrics
 from ._cluster import Cluster
-from ._domain import Assignment, Card, Failure, Gang, Phase, Profile, Share, Workload, WorkloadId
+from ._convert import adapter_of_mode
+from ._domain import (
+    WRONG_NODE,
+    WRONG_SOURCE,
+    Adapter,
+    Assignment,
+    Card,
+    Failure,
+    Gang,
+    ImplausibleEventError,
+    Phase,
+    Profile,
+    Share,
+    Workload,
+    WorkloadId,
+)
 from ._errors import CardFullError, InvalidRequestError
 from ._gang_cycle import place_gang
 from ._outbox import Outbox
@@ -93,9 +113,13 @@ class Engine:
         self.kick.set()
 
     async def on_workload(self, w: Workload, assigned_gpu: str = "") -> None:
+        """Apply a workload event; raises :class:`ImplausibleEventError` (after logging and
+        counting it) for one its workload's adapter cannot have sent, which changes nothing —
+        not even the last sequence, so the real event with that sequence still counts."""
         uid = w.ref.uid
         if w.sequence and w.sequence <= self._last_seq.get(uid, 0):
             return
+        self._refuse_implausible(w)
         self._last_seq[uid] = w.sequence or self._last_seq.get(uid, 0)
         if w.phase is Phase.FINISHED:
             self.workloads.pop(uid, None)
@@ -121,6 +145,46 @@ class Engine:
             if assigned_gpu and not self.cluster.is_placed(uid):
                 await self._adopt(w, assigned_gpu)
 
+    def _refuse_implausible(self, w: Workload) -> None:
+        """Raise if ``w`` is about a workload holding a share and cannot be its adapter's.
+
+        Only a workload with a committed share is checked: that is what an event could free
+        (a terminal event) or move. Its adapter is the one of its mode (the share keeps the
+        mode, so this holds right after a restart too); its node is the one its share is
+        committed on. An event naming no node is plausible only until the adapter has said
+        where the workload runs: a pod deleted before its binding has no node.
+        """
+        placed = self.cluster.placement_of(w.ref.uid)
+        if placed is None:
+            return
+        state, share = placed
+        known = self.workloads.get(w.ref.uid)
+        mode = share.workload.mode or (known.ref.mode if known is not None else 0) or w.ref.mode
+        expected = adapter_of_mode(mode)
+        allowed = {expected} if expected is not None else set(Adapter)
+        node = state.card.node
+        reported = known.node if known is not None and known.phase in (
+            Phase.BOUND, Phase.RUNNING) else ""
+        problem = None
+        if Adapter.of_source(w.source) not in allowed:
+            problem = (WRONG_SOURCE, f"sent by {w.source or 'an unnamed source'}, but this "
+                       f"workload's events come from {' or '.join(sorted(allowed))}")
+        elif w.node and w.node != node:
+            problem = (WRONG_NODE, f"it names node {w.node}, but the workload's share is "
+                       f"committed on {node}")
+        elif not w.node and reported:
+            problem = (WRONG_NODE, f"it names no node, but {reported} reported running it")
+        if problem is None:
+            return
+        reason, detail = problem
+        _metrics.EVENTS_REFUSED.labels(reason).inc()
+        log.warning("implausible workload event refused", reason=reason, workload=str(w.ref),
+                    uid=w.ref.uid, phase=w.phase.value, source=w.source or None,
+                    node=w.node or None, bound_node=node, gpu=state.card.uuid, detail=detail)
+        raise ImplausibleEventError(reason, f"{w.phase.value} event for {w.ref} ({w.ref.uid}) "
+                                    f"refused [{reason}]: {detail}; its share of "
+                                    f"{state.card.uuid} stays committed")
+
     async def _adopt(self, w: Workload, gpu_uuid: str) -> None:
         """Count a bound workload that holds no share (the bucket was lost or purged, or it
         was bound before this scheduler ran): its card is taken whether we placed it or not."""
@@ -141,7 +205,14 @@ class Engine:
             self.cluster.set_shares(state.card, shares)
         log.info("adopted the share of a bound workload", workload=str(w.ref), gpu=gpu_uuid)
 
-    async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str) -> None:
+    async def on_bind_result(self, wid: WorkloadId, ok: bool, reason: str, gpu_uuid: str,
+                             answered: tuple[str, int, int] | None = None) -> None:
+        """An adapter's answer; ``answered`` is (node, GiB, %) of the decision it answers.
+
+        A failure releases the share only when it answers the decision the share stands
+        for: an adapter that refused some other decision for the workload (an older one, or
+        one the scheduler never made) says nothing about this one.
+        """
         w = self.workloads.get(wid.uid)
         if ok or w is None or w.phase is not Phase.PENDING:
             if ok and w is not None:
@@ -151,6 +222,12 @@ class Engine:
         placed = self.cluster.placement_of(wid.uid)
         if placed is None or placed[0].card.uuid != gpu_uuid:
             return  # a result about an older decision
+        state, share = placed
+        if answered is not None and answered != (state.card.node, share.memory_gib,
+                                                 share.compute_percent):
+            log.info("bind failure about another decision ignored", workload=str(wid),
+                     gpu=gpu_uuid, answered=list(answered), reason=reason)
+            return
         await self.release(wid.uid, gpu_uuid)
         failures = self._bind_failures.get(wid.uid, 0) + 1
         self._bind_failures[wid.uid] = failures
