@@ -14,6 +14,7 @@ from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, subjects
 from alnair_common.bus import decode
 from alnair_common.testing import wait_for
+from alnair_common.testing.allocations import publish_decision, release_share
 from alnair_local_agent import LocalAgentService, LocalAgentSettings
 
 NODE = "test-node"
@@ -47,21 +48,29 @@ async def start_agent(nats_url: str, data_dir: Path, *, gpus: str = "sim:2x80",
     return RunningAgent(service, task)
 
 
+ENDED = (wl.WORKLOAD_PHASE_SUCCEEDED, wl.WORKLOAD_PHASE_FAILED, wl.WORKLOAD_PHASE_DELETED)
+
+
 @dataclass
 class StandInScheduler:
-    """Binds every pending local workload to ``gpu`` (what the scheduler will do)."""
+    """Binds every pending local workload to ``gpu`` (what the scheduler will do): commits
+    its share in ``gpu_allocations`` first, and releases it when the workload ends."""
 
     bus: Bus
     gpu: str = SIM_GPU0
     bound: list[str] = field(default_factory=list)
     hold: bool = False
     refuse: dict[str, str] = field(default_factory=dict)
+    cards: dict[str, str] = field(default_factory=dict)  # uid -> the card it was bound to
 
     async def start(self) -> None:
         await self.bus.subscribe(subjects.workload_events(), wl.WorkloadEvent, self._on_event)
 
     async def _on_event(self, _s: str, e: wl.WorkloadEvent) -> None:
         w = e.workload
+        if w.phase in ENDED and w.ref.uid in self.cards:
+            await release_share(self.bus, self.cards.pop(w.ref.uid), w.ref.uid)
+            return
         if self.hold or w.phase != wl.WORKLOAD_PHASE_PENDING or w.ref.uid in self.bound:
             return
         if w.ref.name in self.refuse:
@@ -70,7 +79,8 @@ class StandInScheduler:
             await self.bus.publish(subjects.sched_failed(), failure)
             return
         self.bound.append(w.ref.uid)
-        await self.bus.publish(subjects.sched_bind(), decision(w, self.gpu))
+        self.cards[w.ref.uid] = self.gpu
+        await publish_decision(self.bus, decision(w, self.gpu))
 
 
 def decision(w: wl.Workload, gpu: str) -> scheduling_pb2.BindDecision:

@@ -6,6 +6,11 @@ own session under a reaper that records its exit code in the workspace. A restar
 finds its bound/running workloads again from the ``workload_states`` records: still running
 → watched until they end; ended → finished with the recorded exit code; gone without one →
 failed with the reason. None is forgotten.
+
+A bind decision is carried out only if the share it names is committed in ``gpu_allocations``
+as decided (:mod:`alnair_common.allocations`); otherwise it is refused — answered not ok,
+counted, terminated — and the workload it names stays pending: a decision the scheduler did
+not make must not start it, nor fail it.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from pathlib import Path
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publish_error, subjects
+from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
 from alnair_lifecycle import LifecyclePublisher
 
+from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
 from ._submission import Submission
 from ._workspace import Workspace, still_running
@@ -106,6 +113,7 @@ class Agent:
                                reason=last.workload.message if never_ran else "")
             return
         a = d.assignment
+        await self._check_committed(d)
         problem = self._check_assignment(a)
         if problem:
             await self._answer(d, ok=False, reason=problem)
@@ -137,6 +145,25 @@ class Agent:
         self.watchers[d.workload.uid] = asyncio.create_task(
             self._await_child(running, process, workspace), name=f"workload-{d.workload.name}")
 
+    async def _check_committed(self, d: scheduling_pb2.BindDecision) -> None:
+        """Refuse a decision whose share ``gpu_allocations`` does not hold as decided: answer
+        not ok and raise, so the consumer terminates it (the workload stays pending)."""
+        gpu = self.gpus.by_uuid(d.assignment.gpu_uuid)
+        reader = await committed_shares(self.bus)
+        try:
+            await reader.check(d.workload, d.assignment,
+                               card_memory_gib=gpu.memory_gib if gpu is not None else None)
+        except UncommittedShareError as e:
+            _metrics.BINDS_REFUSED.labels(e.reason).inc()
+            log.warning("bind decision refused", reason=e.reason, workload=d.workload.name,
+                        uid=d.workload.uid, gpu=d.assignment.gpu_uuid, detail=str(e))
+            # Its own message id: JetStream must not drop the real decision's answer (same
+            # workload and node) as a duplicate of this one.
+            a = d.assignment
+            await self._answer(d, ok=False, reason=str(e), msg_id=(
+                f"refused:{d.workload.uid}:{a.node}:{a.gpu_uuid}:{a.memory_gib}:{a.compute_percent}"))
+            raise
+
     def _check_assignment(self, a: common_pb2.GpuAssignment) -> str:
         gpu = self.gpus.by_uuid(a.gpu_uuid)
         if gpu is None:
@@ -161,14 +188,15 @@ class Agent:
                     "(ALNAIR_INTERCEPTOR_LIB unset): limits are not enforced")
         return f"on SIMULATED GPU {gpu_uuid}; interceptor {self.interceptor} preloaded"
 
-    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str) -> None:
+    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str,
+                      msg_id: str | None = None) -> None:
         if not ok:
             log.warning("bind failed", workload=d.workload.name, reason=reason)
         await self.bus.publish(
             subjects.sched_bound(),
             scheduling_pb2.BindResult(workload=d.workload, ok=ok, reason=reason,
                                       assignment=d.assignment),
-            msg_id=f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}")
+            msg_id=msg_id or f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}")
 
     # -- running and finished -------------------------------------------------------------
 
