@@ -17,6 +17,7 @@ from alnair.v1 import scheduling_pb2
 from alnair_common import Bus, subjects
 from alnair_common.annotations import GPU_ASSIGNMENT
 from alnair_common.testing import wait_for
+from alnair_common.testing.allocations import publish_decision
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
 
@@ -34,7 +35,7 @@ async def test_bound_elsewhere_and_recreated_pods_are_refused_for_good(
 
     taken = kube.core.create_namespaced_pod(kube.namespace, alnair_pod("taken"))
     kwok_nodes.bind(kube.namespace, "taken", there)
-    await bus.publish(subjects.sched_bind(), decision(taken, here))
+    await publish_decision(bus, decision(taken, here))
     [result] = await wait_for(lambda: results_for(bus, "taken"), timeout=20,
                               what="answer for the pod bound elsewhere")
     assert not result.ok and f"already bound to {there}" in result.reason
@@ -48,7 +49,7 @@ async def test_bound_elsewhere_and_recreated_pods_are_refused_for_good(
 
     await wait_for(lambda: asyncio.to_thread(gone), timeout=20, what="old pod gone")
     new = kube.core.create_namespaced_pod(kube.namespace, alnair_pod("again"))
-    await bus.publish(subjects.sched_bind(), decision(old, here))
+    await publish_decision(bus, decision(old, here))
     [result] = await wait_for(lambda: results_for(bus, "again"), timeout=20,
                               what="answer for the recreated pod")
     assert not result.ok and "recreated" in result.reason
@@ -57,7 +58,7 @@ async def test_bound_elsewhere_and_recreated_pods_are_refused_for_good(
     assert GPU_ASSIGNMENT not in (current.metadata.annotations or {})
 
     # The decision for the new pod binds it, annotations in the same write.
-    await bus.publish(subjects.sched_bind(), decision(new, here, gpu="GPU-new"))
+    await publish_decision(bus, decision(new, here, gpu="GPU-new"))
 
     async def ok() -> bool:
         return any(r.ok for r in await results_for(bus, "again"))

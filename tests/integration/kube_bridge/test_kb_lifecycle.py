@@ -1,6 +1,7 @@
 """kube-bridge against the real control plane and kwok nodes, with a real nats-server.
 
-The scheduler is not part of these tests: they publish its BindDecisions themselves.
+The scheduler is not part of these tests: they commit each BindDecision's share in
+``gpu_allocations`` and publish the decision themselves, in the scheduler's order.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from alnair.v1 import common_pb2, platform_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, subjects
 from alnair_common.testing import wait_for
+from alnair_common.testing.allocations import publish_decision
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
 from alnair_lifecycle import rank
@@ -63,7 +65,7 @@ async def test_pod_lifecycle_pending_bind_running_succeeded_deleted(
     assert (w.request.memory_gib, w.request.compute_percent) == (8, 30)
     assert event.sequence == 1 and event.source == "kube-bridge"
 
-    await bus.publish(subjects.sched_bind(), decision(pod, node, gpu="GPU-aaaa"))
+    await publish_decision(bus, decision(pod, node, gpu="GPU-aaaa"))
     results = await wait_for(lambda: bind_results(bus), timeout=20, what="bind result")
     assert results[0].ok, results[0].reason
     running = await asyncio.to_thread(kwok_nodes.wait_for_phase, kube.namespace, "train-0", "Running")
@@ -147,7 +149,7 @@ async def test_bind_for_missing_pod_is_answered_and_bridge_keeps_working(
     await bus.subscribe(subjects.error("kube-bridge"), platform_pb2.ErrorEvent, on_error)
     ghost = decision(type("P", (), {"metadata": type("M", (), {
         "uid": "0000-ghost", "name": "ghost", "namespace": kube.namespace})()})(), node)
-    await bus.publish(subjects.sched_bind(), ghost)
+    await publish_decision(bus, ghost)
     [result] = await wait_for(lambda: bind_results(bus), timeout=20, what="bind result")
     assert not result.ok and result.workload.name == "ghost"
     assert "NotFound" in result.reason and "ghost" in result.reason
@@ -157,7 +159,7 @@ async def test_bind_for_missing_pod_is_answered_and_bridge_keeps_working(
     # An impossible decision (compute 250 %) is refused without touching the pod.
     pod = kube.core.create_namespaced_pod(kube.namespace, alnair_pod("real"))
     await bus.publish(subjects.sched_bind(), decision(pod, node, compute=250))
-    await bus.publish(subjects.sched_bind(), decision(pod, node))
+    await publish_decision(bus, decision(pod, node))
 
     async def three():
         results = await bind_results(bus)
@@ -170,7 +172,7 @@ async def test_bind_for_missing_pod_is_answered_and_bridge_keeps_working(
     assert not bridge.task.done()
     # Replaying the successful decision is harmless: handled as done, its answer (already
     # in the stream, same message id) is not stored twice, no error is raised.
-    await bus.publish(subjects.sched_bind(), decision(pod, node), msg_id="replay-1")
+    await publish_decision(bus, decision(pod, node), msg_id="replay-1")
     last = (await bus.js.stream_info("SCHEDULING")).state.last_seq
 
     async def consumed():
@@ -187,7 +189,7 @@ async def test_annotation_roundtrip_matches_gpu_assignment_json(
     [node] = kwok_nodes(1)
     pod = kube.core.create_namespaced_pod(kube.namespace, alnair_pod("p"))
     d = decision(pod, node, gpu="GPU-1234", memory=40, compute=50)
-    await bus.publish(subjects.sched_bind(), d)
+    await publish_decision(bus, d)
     await asyncio.to_thread(kwok_nodes.wait_for_phase, kube.namespace, "p", "Running")
 
     async def running_event():

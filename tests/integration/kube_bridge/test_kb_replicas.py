@@ -16,6 +16,7 @@ from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, BusUnavailableError, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
+from alnair_common.testing.allocations import publish_decision
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
 
@@ -40,7 +41,7 @@ async def test_two_bridges_publish_each_transition_once(
     names = [f"w{i}" for i in range(4)]
     pods = [kube.core.create_namespaced_pod(kube.namespace, alnair_pod(n)) for n in names]
     for pod in pods:
-        await bus.publish(subjects.sched_bind(), bind(pod, node))
+        await publish_decision(bus, bind(pod, node))
     for name in names:
         await asyncio.to_thread(kwok_nodes.wait_for_phase, kube.namespace, name, "Running")
         kwok_nodes.finish(kube.namespace, name)

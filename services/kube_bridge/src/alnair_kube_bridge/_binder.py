@@ -9,6 +9,10 @@ pod, to tell the cases apart: a replayed decision for a pod already bound to the
 node is answered ok again; a pod bound elsewhere, gone, being deleted or recreated under
 the same name is answered not ok with the API's reason, and the decision is settled
 (retrying cannot help); anything else is retried.
+
+A decision is carried out only if the share it names is committed in ``gpu_allocations`` as
+decided (:mod:`alnair_common.allocations`): otherwise it is refused for good — answered not
+ok, counted, logged, terminated — and the pod is not touched.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from kubernetes.client.rest import ApiException
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair_common import Bus, PermanentError, get_logger, publish_error, subjects
+from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import FILTER_TIMESTAMP, GPU_ASSIGNMENT
 
+from . import _metrics
 from ._kube_errors import KubeApiError, classify
 
 log = get_logger("alnair.kube-bridge.bind")
@@ -85,6 +91,7 @@ class Binder:
         except PermanentError as e:
             await self._answer(decision, ok=False, reason=str(e))
             return
+        await self._check_committed(decision)
         try:
             await asyncio.get_running_loop().run_in_executor(self._threads, self._bind,
                                                              placement)
@@ -92,6 +99,23 @@ class Binder:
             await self._answer(decision, ok=False, reason=str(e))
             return
         await self._answer(decision, ok=True, reason="")
+
+    async def _check_committed(self, d: scheduling_pb2.BindDecision) -> None:
+        """Refuse a decision whose share ``gpu_allocations`` does not hold as decided: answer
+        not ok and raise, so the consumer terminates it (and publishes the error event)."""
+        try:
+            await (await committed_shares(self.bus)).check(d.workload, d.assignment)
+        except UncommittedShareError as e:
+            _metrics.BINDS_REFUSED.labels(e.reason).inc()
+            log.warning("bind decision refused", reason=e.reason,
+                        pod=f"{d.workload.namespace}/{d.workload.name}", uid=d.workload.uid,
+                        node=d.assignment.node, gpu=d.assignment.gpu_uuid, detail=str(e))
+            # Its own message id: JetStream must not drop the real decision's answer (same
+            # pod and node) as a duplicate of this one.
+            a = d.assignment
+            await self._answer(d, ok=False, reason=str(e), error_event=False, msg_id=(
+                f"refused:{d.workload.uid}:{a.node}:{a.gpu_uuid}:{a.memory_gib}:{a.compute_percent}"))
+            raise
 
     def _bind(self, p: Placement) -> None:
         what = f"bind pod {p.namespace}/{p.name} to {p.node}"
@@ -134,13 +158,15 @@ class Binder:
             raise KubeApiError(f"{what}: pod is being deleted", 409)
         raise classify(refusal, what) from refusal
 
-    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str) -> None:
+    async def _answer(self, d: scheduling_pb2.BindDecision, *, ok: bool, reason: str,
+                      error_event: bool = True, msg_id: str | None = None) -> None:
         result = scheduling_pb2.BindResult(workload=d.workload, ok=ok, reason=reason,
                                            assignment=d.assignment)
         if not ok:
             log.warning("bind failed", workload=d.workload.name, reason=reason)
-            await publish_error(self.bus, code="bind-failed", message=reason,
-                                subject=subjects.sched_bind(),
-                                obj=f"{d.workload.namespace}/{d.workload.name}")
-        await self.bus.publish(subjects.sched_bound(), result,
-                               msg_id=f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}")
+            if error_event:
+                await publish_error(self.bus, code="bind-failed", message=reason,
+                                    subject=subjects.sched_bind(),
+                                    obj=f"{d.workload.namespace}/{d.workload.name}")
+        await self.bus.publish(subjects.sched_bound(), result, msg_id=msg_id or (
+            f"bound:{d.workload.uid}:{d.assignment.node}:{int(ok)}"))
