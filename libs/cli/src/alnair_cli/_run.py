@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, PermanentError, subjects
+from alnair_common import Bus, PermanentError, TemporaryError, subjects
 from alnair_lifecycle import TERMINAL, LifecyclePublisher, phase_name
 
 from ._workloads import active_with_name, all_workloads, workspace
@@ -99,6 +99,7 @@ class Runner:
         self._reasons: set[str] = set()
         self.impossible = False
         self._offset = 0
+        self._bus_away = False
 
     async def run(self, *, wait_timeout: float | None = None) -> int:
         if active_with_name(await all_workloads(self.bus), self.request.name):
@@ -171,8 +172,21 @@ class Runner:
             self._advance(e.workload)
 
     async def _poll_record(self) -> None:
-        """Core subscriptions can miss a message across a reconnect; the record cannot."""
-        last = await self.records.last(self.request.uid)
+        """Core subscriptions can miss a message across a reconnect; the record cannot.
+
+        While the bus is away there is nothing to read: wait for it (the workload runs on,
+        its agent publishes what happened once the bus is back) instead of giving up.
+        """
+        try:
+            last = await self.records.last(self.request.uid)
+        except TemporaryError as e:
+            if not self._bus_away:
+                self.say(f"the bus is unavailable ({e}); waiting for it to come back")
+            self._bus_away = True
+            return
+        if self._bus_away:
+            self.say("the bus is back")
+            self._bus_away = False
         if last is not None:
             self._advance(last.workload)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from alnair.v1 import platform_pb2
-from alnair_common import Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
+from alnair_common import AlnairError, Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
 from alnair_common.credentials import BusCredentials
 from alnair_common.natsd import NatsServer
 from alnair_gpu import InventoryFormatError, SimulatedInventory
@@ -113,7 +114,9 @@ class Platform:
                     f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {self.data_dir}. "
                     "[dim]`alnair status` in another terminal; Ctrl-C stops everything.[/]"
                 )
+            keeper = asyncio.create_task(self._keep_nats(stop), name="nats-server keeper")
             await stop.wait()
+            await keeper
             self.console.print("[bold]stopping Alnair…[/]")
         finally:
             info.remove()
@@ -123,6 +126,30 @@ class Platform:
                 await self.bus.drain()
             self.nats.stop()
             self.console.print("[bold]Alnair stopped.[/]")
+
+    async def _keep_nats(self, stop: asyncio.Event) -> None:
+        """nats-server is supervised like every other child: if it dies it is started again
+        on the same port and store (JetStream's file store keeps the streams), and every
+        client, services and `alnair run` alike, reconnects to it."""
+        backoff = 0.5
+        while not stop.is_set():
+            process = self.nats.process
+            if process is not None and process.poll() is not None:  # poll() reaps it
+                self.console.print(f"[bold red]nats-server exited with {process.returncode}"
+                                   "; starting it again[/]")
+                self.nats.process = None
+            if self.nats.process is None:
+                try:
+                    await asyncio.to_thread(self.nats.start)
+                    backoff = 0.5
+                except AlnairError as e:
+                    self.console.print(f"[red]nats-server did not start: {escape(str(e))}; "
+                                       f"next try in {backoff:g} s[/]")
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.2)
 
     async def status(self, _: platform_pb2.StatusRequest) -> platform_pb2.PlatformStatus:
         assert self.supervisor is not None and self.bus is not None

@@ -7,14 +7,21 @@ deterministic, and JetStream drops the second copy whether it comes from a resta
 adapter or from a second replica. The last event published per uid is kept in the
 ``workload_states`` bucket (compare-and-set), so an adapter that restarts after the
 duplicate window still publishes only what is later in the lifecycle than that record.
+
+A transition is not lost to a bus outage: :meth:`LifecyclePublisher.publish` retries until
+JetStream has it (the message id makes every retry the same message). Across a restart of
+the adapter the source of truth is the adapter's own (the local agent's workspaces with
+their exit codes, the pods kube-bridge lists), from which it publishes again what is later
+than the record.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, RevisionConflictError, TypedKV, get_logger, subjects
+from alnair_common import Bus, RevisionConflictError, TemporaryError, TypedKV, get_logger, subjects
 
 from ._phases import is_after, phase_name, rank
 
@@ -49,7 +56,24 @@ class LifecyclePublisher:
         return events
 
     async def publish(self, workload: wl.Workload, *, observed_at: datetime | None = None) -> bool:
-        """Publish ``workload``'s phase if it is news; return whether it was published."""
+        """Publish ``workload``'s phase if it is news; return whether it was published.
+
+        While the bus is away this waits (logging every try) until it is back: a terminal
+        event must reach the scheduler, or the workload's share stays committed forever.
+        """
+        delay = 0.2
+        while True:
+            try:
+                return await self._publish_once(workload, observed_at)
+            except RevisionConflictError:
+                raise
+            except TemporaryError as e:
+                log.warning("lifecycle event not yet published; retrying", uid=workload.ref.uid,
+                            phase=phase_name(workload.phase), retry_in=delay, error=str(e))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _publish_once(self, workload: wl.Workload, observed_at: datetime | None) -> bool:
         uid = workload.ref.uid
         for _ in range(20):
             current = await self.kv.get(_key(uid))

@@ -8,17 +8,20 @@ the bucket with :meth:`TypedKV.watch` (current values, then changes; see ``_kv_w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import nats.errors
 import nats.js.errors
 from google.protobuf.message import Message
+from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from .. import subjects
-from ..errors import RevisionConflictError, TemporaryError
+from ..errors import BusUnavailableError, RevisionConflictError, TemporaryError
 from ._client import Bus
 from ._kv_watch import KVWatch
 
@@ -31,12 +34,25 @@ class Versioned(Generic[M]):
     revision: int
 
 
+@contextlib.contextmanager
+def _reachable(bucket: str, what: str) -> Iterator[None]:
+    """The server away or slow is a TemporaryError like any other bus outage."""
+    try:
+        yield
+    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyWrongLastSequenceError,
+            nats.js.errors.NoKeysError, nats.js.errors.BucketNotFoundError):
+        raise
+    except (TimeoutError, nats.errors.Error) as e:
+        raise BusUnavailableError(f"{what} in bucket {bucket!r} failed: {e!r}") from e
+
+
 class TypedKV(Generic[M]):
     """A bucket whose values are all ``message_type``."""
 
     def __init__(self, kv: KeyValue, bucket: str, message_type: type[M], *,
-                 service: str = "") -> None:
+                 js: JetStreamContext, service: str = "") -> None:
         self._kv = kv
+        self._js = js  # for the bucket's stream state (keys)
         self.bucket = bucket
         self.message_type = message_type
         self.service = service  # labels the watch's decode-error counter
@@ -54,7 +70,7 @@ class TypedKV(Generic[M]):
                 KeyValueConfig(bucket=bucket, history=history, description=description,
                                storage=StorageType.FILE)
             )
-        return cls(kv, bucket, message_type, service=bus.service)
+        return cls(kv, bucket, message_type, js=bus.js, service=bus.service)
 
     async def watch(self, keys: str = ">") -> KVWatch[M]:
         """Follow the keys matching ``keys``: every current value, then each put and delete."""
@@ -63,7 +79,8 @@ class TypedKV(Generic[M]):
 
     async def get(self, key: str) -> Versioned[M] | None:
         try:
-            entry = await self._kv.get(key)
+            with _reachable(self.bucket, f"get {key!r}"):
+                entry = await self._kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
@@ -74,33 +91,44 @@ class TypedKV(Generic[M]):
 
     async def put(self, key: str, value: M) -> int:
         """Unconditional write (for state with a single writer, e.g. a node's inventory)."""
-        return await self._kv.put(key, value.SerializeToString())
+        with _reachable(self.bucket, f"put {key!r}"):
+            return await self._kv.put(key, value.SerializeToString())
 
     async def create(self, key: str, value: M) -> int:
         """Write only if ``key`` does not exist."""
         try:
-            return await self._kv.create(key, value.SerializeToString())
+            with _reachable(self.bucket, f"create {key!r}"):
+                return await self._kv.create(key, value.SerializeToString())
         except nats.js.errors.KeyWrongLastSequenceError as e:
             raise RevisionConflictError(self.bucket, key, None) from e
 
     async def update(self, key: str, value: M, revision: int) -> int:
         """Write only if ``key`` is still at ``revision``."""
         try:
-            return await self._kv.update(key, value.SerializeToString(), last=revision)
+            with _reachable(self.bucket, f"update {key!r}"):
+                return await self._kv.update(key, value.SerializeToString(), last=revision)
         except nats.js.errors.KeyWrongLastSequenceError as e:
             raise RevisionConflictError(self.bucket, key, revision) from e
 
     async def delete(self, key: str, revision: int | None = None) -> None:
         try:
-            await self._kv.delete(key, last=revision)
+            with _reachable(self.bucket, f"delete {key!r}"):
+                await self._kv.delete(key, last=revision)
         except nats.js.errors.KeyWrongLastSequenceError as e:
             raise RevisionConflictError(self.bucket, key, revision) from e
 
     async def keys(self) -> list[str]:
-        try:
-            return list(await self._kv.keys())
-        except nats.js.errors.NoKeysError:
-            return []
+        """Every key with a value (deleted ones left out).
+
+        From the stream's per-subject state, not nats-py's ``keys()``: that creates a
+        consumer per call which the server keeps until it times out, and frequent listings
+        (`alnair ps`, `alnair run`) ran into the server's limit of consumers per stream.
+        """
+        prefix = f"$KV.{self.bucket}."
+        with _reachable(self.bucket, "list keys"):
+            info = await self._js.stream_info(f"KV_{self.bucket}", subjects_filter=f"{prefix}>")
+        names = [subject[len(prefix):] for subject in sorted(info.state.subjects or {})]
+        return [k for k in names if await self.get(k) is not None]
 
     async def mutate(self, key: str, change: Callable[[M | None], M], *, attempts: int = 20) -> M:
         """Read, apply ``change`` to a copy, write back with compare-and-set; retry on races.
