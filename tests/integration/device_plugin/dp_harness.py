@@ -15,6 +15,7 @@ from alnair.v1 import common_pb2, scheduling_pb2, workload_pb2
 from alnair_common import Bus, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
+from alnair_common.testing.allocations import commit_share
 from alnair_device_plugin import DevicePluginService, DevicePluginSettings, Resource, unit_id
 from alnair_gpu import InjectedHealth
 from alnair_kubelet.api import deviceplugin as dp
@@ -62,13 +63,18 @@ class PluginEnv:
         return self.kubelet.plugin(registration)
 
     async def bind(self, uid: str, gpu_uuid: str, gpu_index: int, memory_gib: int, compute_percent: int,
-                   *, node: str = NODE, wait: bool = True) -> None:
+                   *, node: str = NODE, wait: bool = True, commit: bool = True) -> None:
+        """Publish a decision as the scheduler does: its share committed first (``commit``),
+        on a card as big as this node's (80 GiB for a card it does not have)."""
         decision = scheduling_pb2.BindDecision(
             workload=common_pb2.WorkloadRef(uid=uid, name=f"pod-{uid}", namespace="ml",
                                             mode=common_pb2.MODE_KUBERNETES),
             assignment=common_pb2.GpuAssignment(node=node, gpu_uuid=gpu_uuid, gpu_index=gpu_index,
                                                 memory_gib=memory_gib, compute_percent=compute_percent),
             scheduler="alnair-scheduler")
+        if commit:
+            card = self.source.inventory().by_uuid(gpu_uuid)
+            await commit_share(self.bus, decision, capacity_memory_gib=card.memory_gib if card else 80)
         await self.bus.publish(subjects.sched_bind(), decision)
         if wait:
             await wait_for(lambda: asyncio.sleep(0, self.service and self.service.index

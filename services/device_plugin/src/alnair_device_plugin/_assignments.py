@@ -7,6 +7,10 @@ fed by durable consumers that ack only after the write, so a plugin restart lose
 answers "which assignment do these N units of card X belong to?" by amounts and card, never
 by timestamps. When the answer is not unique in a way that matters (two pods on the card
 with the same memory but different compute), it refuses instead of guessing.
+
+An assignment from the bus is kept only once ``gpu_allocations`` confirms it
+(:func:`committed_assignment`): the scheduler commits a share there before it decides, so a
+decision or a pod annotation the scheduler did not commit never reaches a container.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from alnair.v1 import common_pb2
-from alnair_common import PermanentError
+from alnair_common import Bus, PermanentError, get_logger
+from alnair_common.allocations import UncommittedShareError, committed_shares
+from alnair_gpu import NodeGpus
 
+from . import _metrics
 from ._errors import NoAssignmentError
 from ._units import COMPUTE_UNITS_PER_GPU, Resource
 
 TOMBSTONE_SECONDS = 24 * 3600.0
+log = get_logger("alnair.device-plugin")
 _SAFE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
@@ -75,6 +83,27 @@ def assignment_from_proto(ref: common_pb2.WorkloadRef, gpu: common_pb2.GpuAssign
     return Assignment(uid=ref.uid, namespace=ref.namespace or "default", name=ref.name or ref.uid,
                       gpu_uuid=gpu.gpu_uuid, gpu_index=gpu.gpu_index, memory_gib=gpu.memory_gib,
                       compute_percent=gpu.compute_percent)
+
+
+async def committed_assignment(bus: Bus, ref: common_pb2.WorkloadRef, gpu: common_pb2.GpuAssignment,
+                               gpus: NodeGpus | None = None) -> Assignment:
+    """:func:`assignment_from_proto`, once ``gpu_allocations`` holds its share as assigned.
+
+    ``gpus`` (this node's cards) adds the card's real memory to the capacity check. A share
+    that is not committed, differs, or would take its card over capacity raises
+    :class:`alnair_common.allocations.UncommittedShareError` (permanent), counted and logged.
+    """
+    assignment = assignment_from_proto(ref, gpu)
+    card = gpus.by_uuid(gpu.gpu_uuid) if gpus is not None else None
+    try:
+        await (await committed_shares(bus)).check(
+            ref, gpu, card_memory_gib=card.memory_gib if card is not None else None)
+    except UncommittedShareError as e:
+        _metrics.BINDS_REFUSED.labels(e.reason).inc()
+        log.warning("assignment refused", reason=e.reason, workload=assignment.workload_id,
+                    uid=assignment.uid, gpu=assignment.gpu_uuid, detail=str(e))
+        raise
+    return assignment
 
 
 def _same_share(a: Assignment, b: Assignment) -> bool:
