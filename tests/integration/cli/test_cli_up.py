@@ -59,6 +59,7 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
         with pytest.raises(PermissionDeniedError):
             await Bus.connect(report["nats_url"], service="intruder", first_connect_attempts=1)
         credentials = data_dir / "credentials"
+        assert data_dir.stat().st_mode & 0o777 == 0o700  # private by default
         assert credentials.stat().st_mode & 0o777 == 0o700
         assert all(f.stat().st_mode & 0o777 == 0o600 for f in credentials.iterdir())
         # … and a service's identity says only what the service may say.

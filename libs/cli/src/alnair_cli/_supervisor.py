@@ -22,7 +22,12 @@ from alnair.v1 import platform_pb2
 from alnair_common.processes import die_with_parent
 
 LineSink = Callable[[str, str], None]
-MIN_BACKOFF, MAX_BACKOFF, STABLE_AFTER = 0.5, 30.0, 30.0
+# A crash-looping service is retried at most every 5 s and counts as healthy again after
+# 10 s up: both well inside `alnair run`'s wait for the local agent (AGENT_TIMEOUT, 15 s),
+# so a run submitted during a restart is answered, not given up on.
+MIN_BACKOFF, MAX_BACKOFF, STABLE_AFTER = 0.5, 5.0, 10.0
+# Each service's log is rotated at this size, keeping LOG_KEEP older files (.1 newest).
+LOG_MAX_BYTES, LOG_KEEP = 10 * 1024 * 1024, 3
 
 
 @dataclass
@@ -115,11 +120,28 @@ class Supervisor:
 
     async def _pump(self, child: Child, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        with open(child.log_path, "a", buffering=1) as log:  # noqa: ASYNC230 - once per start
+        log = open(child.log_path, "a", buffering=1)  # noqa: ASYNC230, SIM115 - once per start
+        try:
             async for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
                 self.sink(child.name, line)
+                if log.tell() > LOG_MAX_BYTES:
+                    log.close()
+                    rotate(child.log_path, LOG_KEEP)
+                    log = open(child.log_path, "a", buffering=1)  # noqa: ASYNC230, SIM115
+        finally:
+            log.close()
+
+
+def rotate(path: Path, keep: int) -> None:
+    """``path`` becomes ``path.1``, ``path.1`` becomes ``path.2`` …; the oldest is dropped."""
+    for i in range(keep - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{i}")
+        if older.exists():
+            older.replace(path.with_name(f"{path.name}.{i + 1}"))
+    if path.exists():
+        path.replace(path.with_name(f"{path.name}.1"))
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

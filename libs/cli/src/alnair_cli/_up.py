@@ -13,11 +13,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from alnair.v1 import platform_pb2
-from alnair_common import AlnairError, Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
+from alnair.v1 import common_pb2, platform_pb2, workload_pb2
+from alnair_common import AlnairError, Bus, BusUnavailableError, ConfigError, TypedKV, ensure_streams, subjects
 from alnair_common.credentials import BusCredentials
 from alnair_common.natsd import NatsServer
 from alnair_gpu import InventoryFormatError, SimulatedInventory
+from alnair_lifecycle import LifecyclePublisher
 
 from ._platform import PlatformInfo, bus_credentials
 from ._supervisor import Child, Supervisor
@@ -88,6 +89,10 @@ class Platform:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        # Private by default: the store, logs, workspaces and credentials below are the
+        # user's alone, whatever mode a file inside gets.
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.data_dir, 0o700)
         # Every connection authenticates: the server trusts one NKey per role and lets each
         # publish and read only what its role needs (alnair_common.bus_permissions).
         credentials = BusCredentials.ensure(bus_credentials(self.data_dir).directory)
@@ -118,6 +123,7 @@ class Platform:
             await stop.wait()
             await keeper
             self.console.print("[bold]stopping Alnair…[/]")
+            await self._say_what_keeps_running()
         finally:
             info.remove()
             if self.supervisor is not None:
@@ -126,6 +132,24 @@ class Platform:
                 await self.bus.drain()
             self.nats.stop()
             self.console.print("[bold]Alnair stopped.[/]")
+
+    async def _say_what_keeps_running(self) -> None:
+        """Workloads outlive the platform on purpose (a restart must not kill a training run;
+        the next `alnair up` adopts them): say which, and how to stop them."""
+        assert self.bus is not None
+        try:
+            states = await LifecyclePublisher(self.bus, await TypedKV.open(
+                self.bus, "workload_states", workload_pb2.WorkloadEvent), "platform").states()
+        except AlnairError:
+            return
+        running = sorted(e.workload.ref.name for e in states
+                         if e.workload.phase == workload_pb2.WORKLOAD_PHASE_RUNNING
+                         and e.workload.ref.mode == common_pb2.MODE_LOCAL)
+        if running:
+            self.console.print(
+                f"[yellow]{len(running)} workload(s) keep running: {escape(', '.join(running))}. "
+                "The next `alnair up` adopts them; to stop one, stop its process (or Ctrl-C "
+                "its `alnair run`).[/]")
 
     async def _keep_nats(self, stop: asyncio.Event) -> None:
         """nats-server is supervised like every other child: if it dies it is started again
