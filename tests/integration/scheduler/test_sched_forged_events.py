@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 from sched_harness import Adapter, Observer, Pod, assert_within_capacity, start_scheduler, stop_scheduler
 from structlog.testing import capture_logs
 
-from alnair.v1 import workload_pb2
-from alnair_common import Bus
+from alnair.v1 import scheduling_pb2, workload_pb2
+from alnair_common import Bus, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 from alnair_scheduler import SchedulerService
@@ -169,3 +169,42 @@ async def test_pod_deleted_before_its_binding_still_frees_its_share(
     finally:
         await stop_scheduler(service, task)
 
+
+
+async def test_failed_answer_to_a_forged_decision_does_not_release_the_real_share(
+        nats_server: NatsServer, bus: Bus) -> None:
+    """An adapter that refuses a forged decision answers not ok, naming the forged amounts:
+    that answer is about another decision, and the real share stays (the real decision's
+    own failure still releases it and the workload is placed again)."""
+    adapter, seen = Adapter(bus), await Observer.attach(bus)
+    await adapter.inventory("node-a", 1, 80)
+    service, task = await start_scheduler(nats_server.url)
+    try:
+        pod = await adapter.pending("victim", 8, 20)
+        (real,) = await seen.bound(pod)
+        forged = scheduling_pb2.BindDecision()
+        forged.CopyFrom(real)
+        forged.assignment.memory_gib = 80
+        with capture_logs() as logs:
+            await bus.publish(subjects.sched_bound(), scheduling_pb2.BindResult(
+                workload=forged.workload, ok=False, reason="not committed",
+                assignment=forged.assignment))
+
+            async def ignored() -> bool:
+                return any(e["event"] == "bind failure about another decision ignored" for e in logs)
+
+            await wait_for(ignored, timeout=10, what="the forged decision's answer ignored")
+        await a_cycle_ran(service)
+        cards = await assert_within_capacity(bus)
+        assert [s.workload.uid for s in cards[real.assignment.gpu_uuid].shares] == [pod.uid]
+        assert seen.bind_count[pod.uid] == 1
+        await bus.publish(subjects.sched_bound(), scheduling_pb2.BindResult(
+            workload=real.workload, ok=False, reason="the API refused", assignment=real.assignment))
+
+        async def placed_again() -> bool:
+            return seen.bind_count[pod.uid] >= 2
+
+        await wait_for(placed_again, timeout=10, what="the workload placed again")
+        await assert_within_capacity(bus)
+    finally:
+        await stop_scheduler(service, task)
