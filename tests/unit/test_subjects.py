@@ -78,3 +78,12 @@ def test_unknown_subject_is_an_error() -> None:
 def test_subject_doc_is_current() -> None:
     doc = (ROOT / "docs" / "subjects.md").read_text()
     assert doc == subjects.document(), "stale: run scripts/gen-proto"
+
+
+def test_retention_caps_fit_the_servers_store() -> None:
+    """JetStream reserves every stream's and bucket's byte cap; together they must fit the
+    file store the Kubernetes bundle gives NATS (8 GB) with room to spare."""
+    total = sum(s.max_bytes for s in subjects.STREAMS) + sum(b.max_bytes for b in subjects.BUCKETS)
+    assert all(s.max_bytes > 0 and s.max_age_seconds > 0 for s in subjects.STREAMS)
+    assert all(b.max_bytes > 0 for b in subjects.BUCKETS)
+    assert total < 0.6 * 8e9, f"{total / 1e9:.1f} GB of caps"

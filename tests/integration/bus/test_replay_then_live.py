@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from alnair.v1 import commands_pb2, workload_pb2
+from alnair.v1 import commands_pb2, platform_pb2, workload_pb2
 from alnair_common import (
     Bus,
     DecodeError,
@@ -221,3 +221,39 @@ async def test_a_follower_of_an_empty_stream_is_caught_up_at_once(bus: Bus) -> N
         await follower.caught_up(2.0)
     finally:
         await follower.stop()
+
+
+async def test_a_replay_reports_each_malformed_message_once(bus: Bus) -> None:
+    """A restart that replays from the start must not publish the error events of messages
+    the previous run already terminated; one that arrived while it was down is reported."""
+    await ensure_streams(bus)
+    reported: list[str] = []
+
+    async def on_error(_: str, event: platform_pb2.ErrorEvent) -> None:
+        reported.append(event.code)
+
+    await bus.subscribe("alnair.error.>", platform_pb2.ErrorEvent, on_error)
+    await bus.js.publish(subjects.workload_events(), b"\xff not protobuf")
+    await _publish(bus, range(3))
+
+    async def handler(_: str, _ev: workload_pb2.WorkloadEvent) -> None:
+        pass
+
+    async def run_once() -> None:
+        consumer = _consumer(bus, handler, durable="model", from_start=True)
+        await consumer.start()
+        await consumer.caught_up(10.0)
+        await consumer.stop()
+        await bus.nc.flush()
+
+    await run_once()
+    await wait_for(lambda: asyncio.sleep(0, len(reported) == 1), what="the first run's report")
+    assert reported == ["malformed-message"]
+    await run_once()  # replays the malformed message: no second report
+    await bus.js.publish(subjects.workload_events(), b"\xfe also not protobuf")  # while "down"
+    await run_once()
+    # A sentinel after everything: reports arrive in order on one connection, so once it is
+    # here a third report of the replays would have been too.
+    await bus.publish(subjects.error("test"), platform_pb2.ErrorEvent(code="sentinel"))
+    await wait_for(lambda: asyncio.sleep(0, "sentinel" in reported), what="the sentinel")
+    assert reported == ["malformed-message", "malformed-message", "sentinel"]

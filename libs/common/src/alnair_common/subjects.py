@@ -92,6 +92,10 @@ class StreamSpec:
     description: str
     max_age_seconds: float = 7 * 24 * 3600.0
     duplicate_window_seconds: float = 120.0
+    # Whichever comes first, age or size: the oldest messages go (JetStream's discard old).
+    # JetStream reserves each cap from the server's store (8 GB in k8s/base/nats): all the
+    # caps together stay well under it.
+    max_bytes: int = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class BucketSpec:
     name: str
     description: str
     history: int = 5
+    max_bytes: int = 64 << 20
     writers: tuple[str, ...] = ()
     readers: tuple[str, ...] = ()
 
@@ -170,7 +175,8 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("JOBS", ("alnair.job.*.state",), "Training job states."),
     StreamSpec("PROFILES", ("alnair.profile.>",), "Finished workload profiles."),
     StreamSpec("CACHE", ("alnair.cache.*.status",), "Dataset cache status."),
-    StreamSpec("ERRORS", ("alnair.error.>",), "Error events.", max_age_seconds=24 * 3600.0),
+    StreamSpec("ERRORS", ("alnair.error.>",), "Error events.", max_age_seconds=24 * 3600.0,
+               max_bytes=64 << 20),
 )
 
 BUCKETS: tuple[BucketSpec, ...] = (
@@ -339,9 +345,15 @@ def markdown_table() -> str:
             f"| `{s.pattern}` | `{msg}` | {s.transport.value} | {s.stream or ''} | {s.description} "
             f"| {_who(s.publishers)} | {_who(s.readers)} |"
         )
-    rows += ["", "| bucket | meaning | written by | read by |", "|---|---|---|---|"]
+    rows += ["", "| bucket | meaning | written by | read by | history | size cap |",
+             "|---|---|---|---|---|---|"]
     for b in BUCKETS:
-        rows.append(f"| `{b.name}` | {b.description} | {_who(b.writers)} | {_who(b.readers)} |")
+        rows.append(f"| `{b.name}` | {b.description} | {_who(b.writers)} | {_who(b.readers)} "
+                    f"| {b.history} | {b.max_bytes >> 20} MiB |")
+    rows += ["", "| stream | subjects | kept for | size cap |", "|---|---|---|---|"]
+    for st in STREAMS:
+        rows.append(f"| {st.name} | {', '.join(f'`{x}`' for x in st.subjects)} "
+                    f"| {st.max_age_seconds / 86400:g} d | {st.max_bytes >> 20} MiB |")
     return "\n".join(rows) + "\n"
 
 

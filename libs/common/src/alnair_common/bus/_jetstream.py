@@ -93,12 +93,17 @@ class DurableConsumer:
         self._catch_up_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._judged_before = 0  # stream sequence up to which a previous run settled all
         # Stream sequences handled but not acknowledged; bounded, oldest forgotten first.
         self._handled_unacked: OrderedDict[int, None] = OrderedDict()
 
     async def start(self) -> None:
         if self.from_start:
+            # What the previous run settled was judged then: replaying it must not publish
+            # its error events again (every restart re-published every malformed message).
             with contextlib.suppress(nats.js.errors.NotFoundError):
+                info = await self.bus.js.consumer_info(self.stream, self.durable)
+                self._judged_before = info.ack_floor.stream_seq if info.ack_floor else 0
                 await self.bus.js.delete_consumer(self.stream, self.durable)
         await self._subscribe()
         self._task = asyncio.create_task(self._run(), name=f"consumer:{self.durable}")
@@ -263,10 +268,15 @@ class DurableConsumer:
             await msg.nak(delay=delay)
 
     async def _terminate(self, msg: Msg, code: str, reason: str) -> None:
-        log.warning("message terminated", subject=msg.subject, code=code, reason=reason)
+        sequence = msg.metadata.sequence.stream
+        replayed = sequence <= self._judged_before
+        (log.debug if replayed else log.warning)(
+            "message terminated", subject=msg.subject, code=code, reason=reason, replayed=replayed)
         with contextlib.suppress(nats.errors.Error):
             await msg.term()
-        self._settled(msg.metadata.sequence.stream)
+        self._settled(sequence)
+        if replayed:
+            return
         await publish_error(self.bus, code=code, message=reason, subject=msg.subject,
                             permanent=True)
 

@@ -64,11 +64,10 @@ class TypedKV(Generic[M]):
         try:
             kv = await bus.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            history = spec.history if spec else 5
-            description = spec.description if spec else ""
+            spec = spec or subjects.BucketSpec(bucket, "")
             kv = await bus.js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=history, description=description,
-                               storage=StorageType.FILE)
+                KeyValueConfig(bucket=bucket, history=spec.history, description=spec.description,
+                               max_bytes=spec.max_bytes, storage=StorageType.FILE)
             )
         return cls(kv, bucket, message_type, js=bus.js, service=bus.service)
 

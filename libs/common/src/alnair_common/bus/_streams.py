@@ -25,6 +25,7 @@ async def ensure_streams(bus: Bus, specs: tuple[subjects.StreamSpec, ...] = subj
             description=spec.description,
             storage=StorageType.FILE,
             max_age=spec.max_age_seconds,
+            max_bytes=spec.max_bytes,
             duplicate_window=spec.duplicate_window_seconds,
             num_replicas=replicas,
         )
