@@ -63,3 +63,17 @@ async def test_missing_and_deleted_keys_read_as_none(bus: Bus) -> None:
     await kv.delete("n2", revision=rev)
     assert await kv.get("n2") is None
     assert await kv.keys() == []
+
+
+async def test_listing_keys_leaves_no_consumer_on_the_server(bus: Bus) -> None:
+    """`alnair ps` lists a bucket on every call: a consumer left per listing reached the
+    server's limit per stream after ~1,000 calls and broke ps, run and the agent."""
+    kv = await TypedKV.open(bus, "workload_states", inventory_pb2.NodeInventory)
+    await kv.put("a", inventory_pb2.NodeInventory(node="a"))
+    await kv.put("b", inventory_pb2.NodeInventory(node="b"))
+    await kv.put("gone", inventory_pb2.NodeInventory(node="gone"))
+    await kv.delete("gone")
+    for _ in range(50):
+        assert await kv.keys() == ["a", "b"]
+    info = await bus.js.stream_info("KV_workload_states")
+    assert info.state.consumer_count == 0
