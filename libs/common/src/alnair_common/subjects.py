@@ -154,6 +154,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
       "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
       "Hydration status of a cached dataset.", stream="CACHE", publishers=("cache-hydrator",)),
+    S("alnair.cache.requests", cache_pb2.CacheDatasetRequest, Transport.STREAM,
+      "Add or remove a cached dataset (`alnair dataset add/rm`).", stream="CACHE",
+      publishers=("cli",), readers=("cache-hydrator",)),
     S("alnair.error.<service>", platform_pb2.ErrorEvent, Transport.STREAM,
       "Errors someone may wait on: rejected input, failed commands.", stream="ERRORS",
       publishers=(EACH_SERVICE,)),
@@ -174,7 +177,8 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("SCHEDULING", ("alnair.sched.>",), "Scheduling decisions and failures."),
     StreamSpec("JOBS", ("alnair.job.*.state",), "Training job states."),
     StreamSpec("PROFILES", ("alnair.profile.>",), "Finished workload profiles."),
-    StreamSpec("CACHE", ("alnair.cache.*.status",), "Dataset cache status."),
+    StreamSpec("CACHE", ("alnair.cache.*.status", "alnair.cache.requests"),
+               "Dataset cache requests and status."),
     StreamSpec("ERRORS", ("alnair.error.>",), "Error events.", max_age_seconds=24 * 3600.0,
                max_bytes=64 << 20),
 )
@@ -189,6 +193,9 @@ BUCKETS: tuple[BucketSpec, ...] = (
                writers=ADAPTERS, readers=("scheduler",)),
     BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
                writers=("kube-bridge",)),
+    BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
+               "`alnair dataset ls` shows and what a restarted cache hydrator resumes.",
+               writers=("cache-hydrator",)),
 )
 
 
@@ -315,6 +322,10 @@ def profile_completed() -> str:
 
 def cache_status(dataset: str) -> str:
     return f"alnair.cache.{token(dataset)}.status"
+
+
+def cache_requests() -> str:
+    return "alnair.cache.requests"
 
 
 def error(service: str) -> str:
