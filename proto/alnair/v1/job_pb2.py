@@ -26,17 +26,27 @@ from alnair.v1 import common_pb2 as alnair_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x61lnair/v1/job.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x11\n\tframework\x18\x03 \x01(\t\x12\x14\n\x0cmin_replicas\x18\x04 \x01(\r\x12\x14\n\x0cmax_replicas\x18\x05 \x01(\r\x12.\n\x0freplica_request\x18\x06 \x01(\x0b\x32\x15.alnair.v1.GpuRequest\x12\x0f\n\x07\x63ommand\x18\x07 \x03(\t\x12\r\n\x05image\x18\x08 \x01(\t\"\xcd\x01\n\x08JobState\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.alnair.v1.JobSpec\x12\"\n\x05phase\x18\x02 \x01(\x0e\x32\x13.alnair.v1.JobPhase\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\'\n\x07workers\x18\x04 \x03(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\x0f\n\x07message\x18\x05 \x01(\t\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x99\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_PHASE_PENDING\x10\x01\x12\x15\n\x11JOB_PHASE_RUNNING\x10\x02\x12\x15\n\x11JOB_PHASE_SCALING\x10\x03\x12\x17\n\x13JOB_PHASE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_PHASE_FAILED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x61lnair/v1/job.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n\rRestartPolicy\x12\x14\n\x0cmax_restarts\x18\x01 \x01(\r\x12\x17\n\x0f\x62\x61\x63koff_seconds\x18\x02 \x01(\x01\x12\x1b\n\x13max_backoff_seconds\x18\x03 \x01(\x01\"w\n\x0cJobDeadlines\x12\"\n\x1ascheduling_timeout_seconds\x18\x01 \x01(\x01\x12\"\n\x1arendezvous_timeout_seconds\x18\x02 \x01(\x01\x12\x1f\n\x17\x61\x63tive_deadline_seconds\x18\x03 \x01(\x01\"\xee\x02\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x15\n\tframework\x18\x03 \x01(\tB\x02\x18\x01\x12\x14\n\x0cmin_replicas\x18\x04 \x01(\r\x12\x14\n\x0cmax_replicas\x18\x05 \x01(\r\x12.\n\x0freplica_request\x18\x06 \x01(\x0b\x32\x15.alnair.v1.GpuRequest\x12\x0f\n\x07\x63ommand\x18\x07 \x03(\t\x12\r\n\x05image\x18\x08 \x01(\t\x12%\n\x08launcher\x18\t \x01(\x0e\x32\x13.alnair.v1.Launcher\x12\x12\n\nwhole_gpus\x18\n \x01(\r\x12\x16\n\x0e\x63heckpoint_uri\x18\x0b \x01(\t\x12\x30\n\x0erestart_policy\x18\x0c \x01(\x0b\x32\x18.alnair.v1.RestartPolicy\x12*\n\tdeadlines\x18\r \x01(\x0b\x32\x17.alnair.v1.JobDeadlines\"\xb8\x03\n\x08JobState\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x12.alnair.v1.JobSpec\x12\"\n\x05phase\x18\x02 \x01(\x0e\x32\x13.alnair.v1.JobPhase\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\'\n\x07workers\x18\x04 \x03(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\x0f\n\x07message\x18\x05 \x01(\t\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x17\n\x0ftarget_replicas\x18\x08 \x01(\r\x12\x10\n\x08restarts\x18\t \x01(\r\x12\x15\n\rgoodput_ratio\x18\n \x01(\x01\x12.\n\nentered_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0ftimeout_seconds\x18\x0c \x01(\x01\x12\x12\n\ngeneration\x18\r \x01(\x04\x12+\n\x0eprevious_phase\x18\x0e \x01(\x0e\x32\x13.alnair.v1.JobPhase\x12\r\n\x05\x63\x61use\x18\x0f \x01(\t\"\x94\x01\n\nJobCommand\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12$\n\x06submit\x18\x03 \x01(\x0b\x32\x12.alnair.v1.JobSpecH\x00\x12\x0f\n\x05scale\x18\x04 \x01(\rH\x00\x12\x10\n\x06\x64\x65lete\x18\x05 \x01(\x08H\x00\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x08\n\x06\x61\x63tion*T\n\x08Launcher\x12\x18\n\x14LAUNCHER_UNSPECIFIED\x10\x00\x12\x1a\n\x16LAUNCHER_TORCH_ELASTIC\x10\x01\x12\x12\n\x0eLAUNCHER_TORCH\x10\x02*\xe5\x01\n\x08JobPhase\x12\x19\n\x15JOB_PHASE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_PHASE_PENDING\x10\x01\x12\x15\n\x11JOB_PHASE_RUNNING\x10\x02\x12\x15\n\x11JOB_PHASE_SCALING\x10\x03\x12\x17\n\x13JOB_PHASE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_PHASE_FAILED\x10\x05\x12\x18\n\x14JOB_PHASE_SCHEDULING\x10\x06\x12\x18\n\x14JOB_PHASE_RECOVERING\x10\x07\x12\x16\n\x12JOB_PHASE_DELETING\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'alnair.v1.job_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBPHASE']._serialized_start=488
-  _globals['_JOBPHASE']._serialized_end=641
-  _globals['_JOBSPEC']._serialized_start=92
-  _globals['_JOBSPEC']._serialized_end=277
-  _globals['_JOBSTATE']._serialized_start=280
-  _globals['_JOBSTATE']._serialized_end=485
+  _globals['_JOBSPEC'].fields_by_name['framework']._loaded_options = None
+  _globals['_JOBSPEC'].fields_by_name['framework']._serialized_options = b'\030\001'
+  _globals['_LAUNCHER']._serialized_start=1268
+  _globals['_LAUNCHER']._serialized_end=1352
+  _globals['_JOBPHASE']._serialized_start=1355
+  _globals['_JOBPHASE']._serialized_end=1584
+  _globals['_RESTARTPOLICY']._serialized_start=91
+  _globals['_RESTARTPOLICY']._serialized_end=182
+  _globals['_JOBDEADLINES']._serialized_start=184
+  _globals['_JOBDEADLINES']._serialized_end=303
+  _globals['_JOBSPEC']._serialized_start=306
+  _globals['_JOBSPEC']._serialized_end=672
+  _globals['_JOBSTATE']._serialized_start=675
+  _globals['_JOBSTATE']._serialized_end=1115
+  _globals['_JOBCOMMAND']._serialized_start=1118
+  _globals['_JOBCOMMAND']._serialized_end=1266
 # @@protoc_insertion_point(module_scope)
