@@ -1,7 +1,8 @@
 """The bundle against a real kube-apiserver (v1.36, the test plane's pin).
 
 * Both overlays pass a server-side dry run with strict field validation: every object is
-  checked by the apiserver's own schemas and admission, not by a copy of them.
+  checked by the apiserver's own schemas and admission, not by a copy of them — prod with
+  the bus's Secrets as scripts/bus-credentials writes them for an operator to apply.
 * The RBAC of the bundle, applied for real, grants each service exactly what it uses: the
   apiserver's authorizer answers ``can-i`` for each service account.
 * The examples are accepted; the deliberately invalid PodGroups are refused by the schema.
@@ -17,7 +18,16 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_render import K8S, NAMESPACE, OVERLAYS, kubectl, render
+from deploy_render import (
+    K8S,
+    NAMESPACE,
+    OVERLAYS,
+    generate_bus_credentials,
+    kubectl,
+    kustomize_build,
+    load_docs,
+    render,
+)
 
 from alnair_common.testing.kube import KubeNamespace
 
@@ -47,11 +57,14 @@ def kubectl_apply(kube: KubeNamespace, docs: list[dict[str, Any]], *extra: str) 
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_passes_server_side_dry_run(kube: KubeNamespace, overlay: str) -> None:
+def test_overlay_passes_server_side_dry_run(kube: KubeNamespace, overlay: str, tmp_path: Path) -> None:
     docs = render(overlay)
     if overlay == "prod":
-        # The operator creates the credentials (k8s/overlays/prod/kustomization.yaml).
-        kube.kubectl("create", "secret", "generic", "alnair-credentials", "--from-literal=nats-token=x")
+        # The operator creates the credentials (k8s/overlays/prod/kustomization.yaml): the
+        # stores' by hand, the bus's with the generator (`kubectl apply -k <its output>`).
+        kube.kubectl("create", "secret", "generic", "alnair-credentials", "--from-literal=mongo-password=x")
+        generate_bus_credentials(tmp_path / "bus", "--namespace", NAMESPACE)
+        docs = (*docs, *load_docs(kustomize_build(tmp_path / "bus")))
     done = kubectl_apply(kube, into_namespace(docs, kube.namespace), "--dry-run=server")
     assert done.returncode == 0, f"{overlay}: the apiserver refused the bundle:\n{done.stderr}"
     applied = [line for line in done.stdout.splitlines() if "(server dry run)" in line]

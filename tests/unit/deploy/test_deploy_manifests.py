@@ -4,7 +4,8 @@ Schema validity of every object is proven against the real apiserver in
 tests/integration/deploy; here the content is checked: each Alnair service is deployed
 once, probed on its health port, bounded in resources, configured only with settings it
 knows (the same validation ``run_service`` does at start-up), and given no more access
-than it uses.
+than it uses — on the bus too: each pod mounts its own NKey seed and no other, as a
+read-only file, and reaches the server over TLS.
 """
 
 from __future__ import annotations
@@ -37,17 +38,27 @@ from alnair_common import Service
 from alnair_common.config import load_settings
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+BUS_MOUNT = "/var/run/secrets/alnair/bus"  # where a service finds its seed and the bus's CA
 NODE_AGENTS = {"alnair-device-plugin", "alnair-exporter"}
 BROAD_ROLES = {"cluster-admin", "admin", "edit"}
 
 
-def settings_class(service_dir: str) -> type:
+def service_class(service_dir: str) -> type[Service]:
     package = service_package(REPO / "services" / service_dir)
     module = importlib.import_module(package.module)
     services = [obj for name in module.__all__ if isinstance(obj := getattr(module, name), type)
                 and issubclass(obj, Service)]
     assert len(services) == 1, f"{package.module} should export one Service subclass, exports {services}"
-    return services[0].settings_class
+    return services[0]
+
+
+def settings_class(service_dir: str) -> type:
+    return service_class(service_dir).settings_class
+
+
+def bus_role(workload_name: str) -> str:
+    """The bus identity a deployed service connects as: its Service's name (Bus.connect's role)."""
+    return service_class(SERVICES[workload_name]).name
 
 
 def secret_values(docs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, str]]:
@@ -140,7 +151,8 @@ def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest
     unknown = sorted(k for k in env if k.startswith("ALNAIR_") and k not in fields)
     assert not any("$(" in v for v in env.values()), f"{service}: unexpanded variable in {env}"
     assert not unknown, f"{service}: {unknown} are not settings of {cls.__name__} (silently ignored at start-up)"
-    for key in ("ALNAIR_NATS_URL", "ALNAIR_NATS_TOKEN", "ALNAIR_NODE_NAME", "ALNAIR_HEALTH_PORT", "ALNAIR_HEALTH_HOST"):
+    for key in ("ALNAIR_NATS_URL", "ALNAIR_NATS_CREDENTIALS", "ALNAIR_NATS_TLS_CA", "ALNAIR_NODE_NAME",
+                "ALNAIR_HEALTH_PORT", "ALNAIR_HEALTH_HOST"):
         assert key in env, f"{service}: {key} not set"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -148,7 +160,8 @@ def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest
     for key, value in file_values.items():
         assert getattr(settings, key) == value, f"{service}: {key} from the config file not applied"
     assert settings.health_port == HEALTH_PORT and settings.health_host == "0.0.0.0"
-    assert settings.nats_servers == ["nats://alnair-nats:4222"] and settings.nats_token == "alnair-dev-token"
+    assert settings.nats_servers == ["tls://alnair-nats:4222"] and settings.nats_token is None
+    assert settings.nats_credentials == Path(BUS_MOUNT, "seed") and settings.nats_tls_ca == Path(BUS_MOUNT, "ca.crt")
     assert settings.node_name == "gpu-node-1"
 
 
@@ -258,7 +271,7 @@ def test_stores_keep_their_data_on_volumes(overlay: str) -> None:
         mounts = {m["name"] for m in main_container(sts)["volumeMounts"]}
         assert claim["metadata"]["name"] in mounts, f"{name}: the claim is not mounted"
     nats = main_container(find(docs, "StatefulSet", "alnair-nats"))
-    assert {e["name"] for e in nats["env"]} == {"POD_NAME", "NATS_TOKEN"}
+    assert {e["name"] for e in nats["env"]} == {"POD_NAME"}, "the bus's secrets are files, not environment"
 
 
 def test_grafana_provisions_every_generated_dashboard() -> None:
