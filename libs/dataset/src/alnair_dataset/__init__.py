@@ -1,3 +1,61 @@
-"""alnair_dataset: read an Alnair-cached data set from training code (work in progress)."""
+"""alnair_dataset: the dataset cache's tier and the data client training code reads with.
 
-__all__: list[str] = []
+Few dependencies on purpose (redis, fsspec; boto3 for s3:// sources): it is installed into
+arbitrary training images and knows nothing of the platform's bus. The hydrator service
+uses the same tier code to write what readers read.
+
+Errors: every exception is a :class:`DatasetError`; its ``reason`` is the code a
+CacheDatasetStatus carries and ``temporary`` says whether retrying can help.
+"""
+
+from ._chunking import CHUNK_BYTES, chunk_id, content_defined_chunks, fixed_chunks
+from ._errors import (
+    AccessDeniedError,
+    CapacityError,
+    DatasetError,
+    InvalidSpecError,
+    NoSuchBucketError,
+    PathNotAllowedError,
+    SourceChangedError,
+    SourceError,
+    SourceUnreachableError,
+    TierUnavailableError,
+)
+from ._manifest import FileEntry
+from ._redis_tier import RedisTier, connect
+from ._sources import LocalSource, S3Source, Source, SourceFile, open_source, selected
+from ._store import Budget, StoreResult, gib, store_file
+from ._tier import CacheTier, DatasetFootprint, TierUsage
+
+__all__ = [
+    "CHUNK_BYTES",
+    "AccessDeniedError",
+    "Budget",
+    "CacheTier",
+    "CapacityError",
+    "DatasetError",
+    "DatasetFootprint",
+    "FileEntry",
+    "InvalidSpecError",
+    "LocalSource",
+    "NoSuchBucketError",
+    "PathNotAllowedError",
+    "RedisTier",
+    "S3Source",
+    "Source",
+    "SourceChangedError",
+    "SourceError",
+    "SourceFile",
+    "SourceUnreachableError",
+    "StoreResult",
+    "TierUnavailableError",
+    "TierUsage",
+    "chunk_id",
+    "connect",
+    "content_defined_chunks",
+    "fixed_chunks",
+    "gib",
+    "open_source",
+    "selected",
+    "store_file",
+]

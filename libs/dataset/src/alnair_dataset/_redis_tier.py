@@ -1,0 +1,212 @@
+"""The Redis cache tier, one server or a Redis Cluster.
+
+Key layout (``P`` is the prefix, ``g`` the first two hex digits of the chunk id):
+
+* ``P:chunk:{g}:<id>`` the chunk's bytes; ``P:refs:{g}:<id>`` the set of data sets that
+  reference it; ``P:usage:{g}`` bytes and chunks stored in group ``g``. The hash tag
+  ``{g}`` puts the three in one slot, so a Lua script stores or frees a chunk and keeps
+  the usage exact atomically, even in a cluster; 256 groups spread chunks over the
+  cluster's servers, and the tier's usage is the sum of 256 small hashes.
+* ``P:ds:{<dataset>}:files`` the manifest (path → entry JSON) and ``P:ds:{<dataset>}:chunks``
+  the journal of every chunk id the data set took a reference on (one slot per data set).
+
+Redis must run with ``maxmemory-policy noeviction``: the tier keeps its own budget, and a
+server evicting chunks behind its back would leave manifests pointing at nothing (readers
+would still fall back to the source, but the cache would silently stop being one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import redis as redis_py
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
+
+from ._errors import InvalidSpecError, TierUnavailableError
+from ._manifest import FileEntry
+from ._tier import DatasetFootprint, TierUsage
+
+GROUPS = 256
+_SAFE = re.compile(r"[^A-Za-z0-9_.:/-]")
+
+# KEYS: chunk, refs, usage, journal   ARGV: dataset, data   (journal is in another slot in a
+# cluster, so it is written by the caller before this runs; see ref_existing/put_chunk)
+_PUT = """
+local new = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[2])
+  redis.call('HINCRBY', KEYS[3], 'bytes', string.len(ARGV[2]))
+  redis.call('HINCRBY', KEYS[3], 'chunks', 1)
+  new = 1
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+return new
+"""
+_REF_IF_PRESENT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+# Returns the bytes freed (0 if other data sets still reference the chunk).
+_UNREF = """
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('SCARD', KEYS[2]) > 0 then return 0 end
+local size = redis.call('STRLEN', KEYS[1])
+if size > 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('HINCRBY', KEYS[3], 'bytes', -size)
+  redis.call('HINCRBY', KEYS[3], 'chunks', -1)
+end
+redis.call('DEL', KEYS[2])
+return size
+"""
+
+REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.ResponseError,
+                redis_py.exceptions.ClusterError, redis_py.exceptions.ClusterDownError,
+                redis_py.exceptions.SlotNotCoveredError, OSError)
+
+
+def connect(url: str, *, timeout: float = 2.0) -> Any:
+    """A client for ``redis://host:port/db`` or ``redis-cluster://host:port[,host:port]``."""
+    parsed = urlparse(url)
+    if parsed.scheme == "redis-cluster":
+        nodes = [ClusterNode(*_host_port(part)) for part in parsed.netloc.split(",")]
+        try:
+            return RedisCluster(startup_nodes=nodes, socket_timeout=timeout,
+                                socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1))
+        except REDIS_ERRORS as e:
+            raise TierUnavailableError(f"Redis Cluster at {parsed.netloc} unreachable: {e}") from e
+    if parsed.scheme not in ("redis", "rediss"):
+        raise InvalidSpecError(f"tier URL {url!r} must start with redis://, rediss:// or "
+                               "redis-cluster://")
+    return redis_py.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def _host_port(part: str) -> tuple[str, int]:
+    host, _, port = part.rpartition(":")
+    return host or "127.0.0.1", int(port or 6379)
+
+
+@contextlib.contextmanager
+def _reachable(what: str) -> Iterator[None]:
+    try:
+        yield
+    except REDIS_ERRORS as e:
+        raise TierUnavailableError(f"Redis tier: {what} failed: {type(e).__name__}: {e}") from e
+
+
+class RedisTier:
+    """A :class:`~alnair_dataset.CacheTier` on Redis; safe to share between threads."""
+
+    name = "redis"
+
+    def __init__(self, client: Any, *, budget_bytes: int, prefix: str = "alnair") -> None:
+        self.client = client
+        self.budget_bytes = budget_bytes
+        self.prefix = prefix
+        self._put = client.register_script(_PUT)
+        self._ref = client.register_script(_REF_IF_PRESENT)
+        self._unref = client.register_script(_UNREF)
+
+    @classmethod
+    def from_url(cls, url: str, *, budget_bytes: int, prefix: str = "alnair",
+                 timeout: float = 2.0) -> RedisTier:
+        return cls(connect(url, timeout=timeout), budget_bytes=budget_bytes, prefix=prefix)
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def _chunk_keys(self, chunk: str) -> list[str]:
+        g = chunk[:2]
+        return [f"{self.prefix}:chunk:{{{g}}}:{chunk}", f"{self.prefix}:refs:{{{g}}}:{chunk}",
+                f"{self.prefix}:usage:{{{g}}}"]
+
+    def _ds(self, dataset: str, what: str) -> str:
+        return f"{self.prefix}:ds:{{{_SAFE.sub('_', dataset)}}}:{what}"
+
+    # -- chunks -----------------------------------------------------------------------------
+
+    def usage(self) -> TierUsage:
+        with _reachable("reading usage"):
+            pipe = self.client.pipeline(transaction=False)
+            for g in range(GROUPS):
+                pipe.hmget(f"{self.prefix}:usage:{{{g:02x}}}", "bytes", "chunks")
+            rows = pipe.execute()
+        stored = sum(int(b or 0) for b, _ in rows)
+        chunks = sum(int(c or 0) for _, c in rows)
+        return TierUsage(stored, chunks, self.budget_bytes)
+
+    def ref_existing(self, dataset: str, chunk: str) -> bool:
+        with _reachable("referencing a chunk"):
+            self.client.sadd(self._ds(dataset, "chunks"), chunk)
+            return bool(self._ref(keys=self._chunk_keys(chunk)[:2], args=[dataset]))
+
+    def put_chunk(self, dataset: str, chunk: str, data: bytes) -> bool:
+        with _reachable("storing a chunk"):
+            self.client.sadd(self._ds(dataset, "chunks"), chunk)
+            return bool(self._put(keys=self._chunk_keys(chunk), args=[dataset, data]))
+
+    def get_chunks(self, chunks: list[str]) -> list[bytes | None]:
+        with _reachable("reading chunks"):
+            pipe = self.client.pipeline(transaction=False)
+            for chunk in chunks:
+                pipe.get(self._chunk_keys(chunk)[0])
+            return pipe.execute()
+
+    # -- manifests --------------------------------------------------------------------------
+
+    def record_file(self, dataset: str, entry: FileEntry) -> None:
+        with _reachable("recording a file"):
+            self.client.hset(self._ds(dataset, "files"), entry.path, entry.to_json())
+
+    def file_entry(self, dataset: str, path: str) -> FileEntry | None:
+        with _reachable("reading a manifest entry"):
+            raw = self.client.hget(self._ds(dataset, "files"), path)
+        return None if raw is None else FileEntry.from_json(path, raw)
+
+    def manifest(self, dataset: str) -> dict[str, FileEntry]:
+        with _reachable("reading a manifest"):
+            raw = self.client.hgetall(self._ds(dataset, "files"))
+        return {k.decode(): FileEntry.from_json(k.decode(), v) for k, v in raw.items()}
+
+    def footprint(self, dataset: str) -> DatasetFootprint:
+        files = self.manifest(dataset)
+        with _reachable("measuring a data set"):
+            chunks = [c.decode() for c in self.client.sscan_iter(self._ds(dataset, "chunks"),
+                                                                 count=1000)]
+            pipe = self.client.pipeline(transaction=False)
+            for chunk in chunks:
+                keys = self._chunk_keys(chunk)
+                pipe.strlen(keys[0])
+                pipe.scard(keys[1])
+            rows = pipe.execute()
+        sizes, holders = rows[0::2], rows[1::2]
+        unique = sum(sizes)
+        attributed = sum(s / max(1, h) for s, h in zip(sizes, holders, strict=True))
+        return DatasetFootprint(len(files), sum(e.size for e in files.values()), len(chunks),
+                                unique, round(attributed))
+
+    def release(self, dataset: str, keep: set[str] | None = None) -> int:
+        journal = self._ds(dataset, "chunks")
+        freed = 0
+        with _reachable("releasing references"):
+            for raw in list(self.client.sscan_iter(journal, count=1000)):
+                chunk = raw.decode()
+                if keep is not None and chunk in keep:
+                    continue
+                freed += int(self._unref(keys=self._chunk_keys(chunk), args=[dataset]))
+                self.client.srem(journal, chunk)  # only after the reference is gone
+        return freed
+
+    def drop_manifest(self, dataset: str) -> None:
+        with _reachable("dropping a manifest"):
+            self.client.delete(self._ds(dataset, "files"))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()

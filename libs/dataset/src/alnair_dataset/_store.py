@@ -1,0 +1,79 @@
+"""Putting one file of a source into a tier, idempotently.
+
+Both the hydrator and the data client (writing back a miss) store files this way. For each
+chunk: if the tier has it, only a reference is added; otherwise the bytes are stored,
+within the tier's budget. The manifest entry is written last, after the source confirmed
+that the bytes read are of the version listed, so a file is either wholly cached and
+listed or not listed at all. Repeating a file (after a crash) changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ._chunking import CHUNK_BYTES, chunk_id
+from ._errors import CapacityError
+from ._manifest import FileEntry
+from ._sources import Source, SourceFile
+from ._tier import CacheTier
+
+GIB = 1 << 30
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / (1 << 20):.1f} MiB"
+
+
+class Budget:
+    """The tier's free bytes as this process sees them: read from the tier, then kept up to
+    date with what this process stores (other writers are seen at the next refresh)."""
+
+    def __init__(self, tier: CacheTier, refresh_every: int = 256) -> None:
+        self.tier = tier
+        self._lock = threading.Lock()
+        self._refresh_every = refresh_every
+        self._since = refresh_every
+        self._stored = 0
+        self._budget = 0
+
+    def reserve(self, size: int, *, needed: int = 0) -> None:
+        """Account for ``size`` new bytes, or raise CapacityError saying what is missing."""
+        with self._lock:
+            if self._since >= self._refresh_every:
+                usage = self.tier.usage()
+                self._stored, self._budget, self._since = usage.stored_bytes, usage.budget_bytes, 0
+            self._since += 1
+            if self._stored + size > self._budget:
+                free = max(0, self._budget - self._stored)
+                raise CapacityError(
+                    f"needs {gib(max(needed, size))} more, {gib(free)} free in tier "
+                    f"{self.tier.name} (budget {gib(self._budget)}, {gib(self._stored)} "
+                    "stored); remove or unpin data sets, or raise the budget")
+            self._stored += size
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    entry: FileEntry
+    new_bytes: int
+
+
+def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, budget: Budget,
+               *, chunk_bytes: int = CHUNK_BYTES) -> StoreResult:
+    """Store ``file`` in ``tier`` for ``dataset`` and list it in the manifest."""
+    chunks: list[str] = []
+    new_bytes = 0
+    for start in range(0, file.size, chunk_bytes):
+        data = source.read(file, start, min(file.size, start + chunk_bytes))
+        cid = chunk_id(data)
+        if not tier.ref_existing(dataset, cid):
+            budget.reserve(len(data), needed=file.size - start)
+            if tier.put_chunk(dataset, cid, data):
+                new_bytes += len(data)
+        chunks.append(cid)
+    if file.size == 0:
+        source.read(file, 0, 0)  # still confirms the file is as listed
+    entry = FileEntry(file.path, file.size, file.version, tuple(chunks), chunk_bytes)
+    tier.record_file(dataset, entry)
+    return StoreResult(entry, new_bytes)

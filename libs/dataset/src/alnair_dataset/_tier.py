@@ -1,0 +1,73 @@
+"""The interface of a cache tier, so that Redis today and Alluxio next are interchangeable.
+
+A tier stores immutable chunks by content id, each once, and per data set a manifest and
+the set of chunk ids it references. Every operation is idempotent: a hydrator that dies
+anywhere and repeats the file it was doing neither loses nor double-counts a reference,
+because a reference is membership of the data set's id in the chunk's referrer set (a set
+add, not a counter increment), and the data set records the chunk id in its own journal
+*before* it references it, so a removal finds every reference the data set ever took.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ._manifest import FileEntry
+
+
+@dataclass(frozen=True)
+class TierUsage:
+    stored_bytes: int
+    chunks: int
+    budget_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        return max(0, self.budget_bytes - self.stored_bytes)
+
+
+@dataclass(frozen=True)
+class DatasetFootprint:
+    """What a data set occupies: logical bytes, its distinct chunks, its share of them."""
+
+    files: int
+    cached_bytes: int
+    chunks: int
+    unique_bytes: int
+    attributed_bytes: int  # each chunk's size divided among the data sets referencing it
+
+    @property
+    def dedup_saved_bytes(self) -> int:
+        return max(0, self.cached_bytes - self.attributed_bytes)
+
+
+class CacheTier(Protocol):
+    """What the hydrator and the data client need of a tier (see the module docstring)."""
+
+    name: str
+
+    def usage(self) -> TierUsage: ...
+
+    def ref_existing(self, dataset: str, chunk: str) -> bool:
+        """Journal ``chunk`` for ``dataset`` and reference it if stored; False if absent."""
+
+    def put_chunk(self, dataset: str, chunk: str, data: bytes) -> bool:
+        """Store ``data`` as ``chunk`` unless present, referenced by ``dataset``; True if new."""
+
+    def get_chunks(self, chunks: list[str]) -> list[bytes | None]: ...
+
+    def record_file(self, dataset: str, entry: FileEntry) -> None: ...
+
+    def file_entry(self, dataset: str, path: str) -> FileEntry | None: ...
+
+    def manifest(self, dataset: str) -> dict[str, FileEntry]: ...
+
+    def footprint(self, dataset: str) -> DatasetFootprint: ...
+
+    def release(self, dataset: str, keep: set[str] | None = None) -> int:
+        """Drop ``dataset``'s references (all, or those not in ``keep``); bytes freed."""
+
+    def drop_manifest(self, dataset: str) -> None: ...
+
+    def close(self) -> None: ...

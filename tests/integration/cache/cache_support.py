@@ -1,0 +1,54 @@
+"""Shared by the dataset-cache tests: deterministic data sets and tier invariants."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+from alnair_dataset import RedisTier
+
+MIB = 1 << 20
+
+
+def write_dataset(root: Path, files: int = 6, *, seed: int = 1, size: int = 2 * MIB + 12345,
+                  sub: str = "train") -> dict[str, bytes]:
+    """``files`` files of random bytes (sizes not multiples of a chunk) under root/sub."""
+    rng = random.Random(seed)
+    out: dict[str, bytes] = {}
+    for i in range(files):
+        data = rng.randbytes(size + i * 1000)
+        rel = f"{sub}/part-{i:03d}.bin"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+        out[rel] = data
+    return out
+
+
+def upload(s3, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
+
+
+def stored_chunks(tier: RedisTier) -> dict[str, set[str]]:
+    """Every chunk id in the tier and the data sets referencing it, read key by key."""
+    client = tier.client
+    out: dict[str, set[str]] = {}
+    for key in client.scan_iter(match=f"{tier.prefix}:chunk:*", count=1000):
+        cid = key.decode().rsplit(":", 1)[1]
+        refs = client.smembers(f"{tier.prefix}:refs:{{{cid[:2]}}}:{cid}")
+        out[cid] = {r.decode() for r in refs}
+    return out
+
+
+def assert_consistent(tier: RedisTier) -> None:
+    """Usage equals what is stored; no chunk without referrers; every manifest chunk stored."""
+    chunks = stored_chunks(tier)
+    sizes = {cid: tier.client.strlen(f"{tier.prefix}:chunk:{{{cid[:2]}}}:{cid}") for cid in chunks}
+    usage = tier.usage()
+    assert usage.stored_bytes == sum(sizes.values())
+    assert usage.chunks == len(chunks)
+    assert all(refs for refs in chunks.values()), "a stored chunk nobody references"
+    for cid, data_len in sizes.items():
+        data = tier.client.get(f"{tier.prefix}:chunk:{{{cid[:2]}}}:{cid}")
+        assert len(data) == data_len and hashlib.sha256(data).hexdigest() == cid

@@ -1,0 +1,112 @@
+"""The Redis tier against real redis-server, one server and a 3-server Redis Cluster."""
+
+from __future__ import annotations
+
+import pytest
+from cache_support import MIB, assert_consistent, stored_chunks, write_dataset
+
+from alnair_dataset import (
+    Budget,
+    CapacityError,
+    RedisTier,
+    SourceChangedError,
+    connect,
+    open_source,
+    store_file,
+)
+
+
+@pytest.fixture(params=["single", "cluster"])
+def tier(request, redis_node, redis_cluster):
+    url = redis_node().url if request.param == "single" else redis_cluster(masters=3).url
+    t = RedisTier(connect(url), budget_bytes=256 * MIB, prefix="t")
+    yield t
+    t.close()
+
+
+def hydrate(tier, dataset, source):
+    budget = Budget(tier)
+    return [store_file(tier, dataset, source, f, budget) for f in source.list()]
+
+
+def test_two_users_caching_the_same_data_store_it_once(tier, tmp_path):
+    files = write_dataset(tmp_path / "src")
+    alice = open_source(f"file://{tmp_path}/src")
+    bob = open_source(f"file://{tmp_path}/src/")
+    first = hydrate(tier, "alice/imagenet", alice)
+    second = hydrate(tier, "bob/imagenet", bob)
+
+    logical = sum(len(d) for d in files.values())
+    assert sum(r.new_bytes for r in first) == logical
+    assert sum(r.new_bytes for r in second) == 0
+    assert tier.usage().stored_bytes == logical
+    assert all(refs == {"alice/imagenet", "bob/imagenet"} for refs in stored_chunks(tier).values())
+    fp = tier.footprint("bob/imagenet")
+    assert (fp.files, fp.cached_bytes, fp.unique_bytes) == (len(files), logical, logical)
+    assert fp.dedup_saved_bytes == pytest.approx(logical / 2, abs=2)
+    assert_consistent(tier)
+
+    assert tier.release("alice/imagenet") == 0  # bob still holds every chunk
+    assert tier.usage().stored_bytes == logical
+    assert tier.release("bob/imagenet") == logical
+    assert tier.usage().stored_bytes == 0 and stored_chunks(tier) == {}
+
+
+def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path):
+    write_dataset(tmp_path / "src", files=3)
+    source = open_source(f"file://{tmp_path}/src")
+    listing = source.list()
+
+    class Crash(Exception):
+        pass
+
+    class CrashingSource:
+        """The source of a hydrator that dies after reading a few chunks."""
+
+        uri = source.uri
+        reads = 0
+
+        def read(self, file, start=0, end=None):
+            CrashingSource.reads += 1
+            if CrashingSource.reads == 5:
+                raise Crash
+            return source.read(file, start, end)
+
+    with pytest.raises(Crash):
+        for f in listing:
+            store_file(tier, "ds", CrashingSource(), f, Budget(tier))
+    assert set(tier.manifest("ds")) == {listing[0].path}  # the half-done file is not listed
+    assert_consistent(tier)
+
+    again = RedisTier(tier.client, budget_bytes=tier.budget_bytes, prefix="t")  # "restarted"
+    for f in listing:
+        store_file(again, "ds", source, f, Budget(again))
+    for f in listing:  # and once more, as a redelivered request would
+        store_file(again, "ds", source, f, Budget(again))
+    assert set(again.manifest("ds")) == {f.path for f in listing}
+    assert all(refs == {"ds"} for refs in stored_chunks(again).values())
+    assert again.usage().stored_bytes == sum(f.size for f in listing)
+    assert_consistent(again)
+    assert again.release("ds") == sum(f.size for f in listing)
+    assert again.usage().chunks == 0
+
+
+def test_a_data_set_over_the_budget_is_refused_with_numbers(redis_node, tmp_path):
+    tier = RedisTier(connect(redis_node().url), budget_bytes=3 * MIB, prefix="t")
+    write_dataset(tmp_path / "src", files=3)
+    source = open_source(f"file://{tmp_path}/src")
+    with pytest.raises(CapacityError, match=r"needs .* MiB more, .* MiB free in tier redis"):
+        hydrate(tier, "big", source)
+    assert tier.usage().stored_bytes <= 3 * MIB
+    assert_consistent(tier)
+
+
+def test_a_file_changed_while_read_is_not_listed(redis_node, tmp_path):
+    tier = RedisTier(connect(redis_node().url), budget_bytes=64 * MIB, prefix="t")
+    write_dataset(tmp_path / "src", files=1)
+    source = open_source(f"file://{tmp_path}/src")
+    (listed,) = source.list()
+    (tmp_path / "src" / listed.path).write_bytes(b"new content")
+    with pytest.raises(SourceChangedError, match="changed"):
+        store_file(tier, "ds", source, listed, Budget(tier))
+    assert tier.manifest("ds") == {}
