@@ -85,8 +85,13 @@ def test_the_exporter_publishes_metrics_only() -> None:
 
 def test_nobody_deletes_or_purges_streams() -> None:
     for role in ROLES:
-        for verb in ("DELETE", "PURGE", "MSG.DELETE"):
-            assert not may_publish(role, f"$JS.API.STREAM.{verb}.WORKLOADS"), (role, verb)
+        for stream in subjects.STREAMS:
+            for verb in ("DELETE", "PURGE", "MSG.DELETE"):
+                assert not may_publish(role, f"$JS.API.STREAM.{verb}.{stream.name}"), (role, verb)
+        for bucket in subjects.BUCKETS:
+            assert not may_publish(role, f"$JS.API.STREAM.DELETE.KV_{bucket.name}")
+            # Only a bucket's writers drop its old delete markers.
+            assert may_publish(role, f"$JS.API.STREAM.PURGE.KV_{bucket.name}") == (role in bucket.writers)
 
 
 def test_inboxes_are_private() -> None:

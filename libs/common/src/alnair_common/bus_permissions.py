@@ -88,7 +88,8 @@ def permissions(role: str) -> dict[str, Any]:
         subscribe.append(f"{subjects.PREFIX}.>")
     for bucket in subjects.BUCKETS:
         if role in bucket.writers:
-            publish.append(f"$KV.{bucket.name}.>")
+            # Writers put, delete and purge keys, and drop old delete markers.
+            publish += [f"$KV.{bucket.name}.>", f"{JS_API}.STREAM.PURGE.KV_{bucket.name}"]
         if role in bucket.writers or role in bucket.readers or role in READ_ALL:
             read_streams.add(f"KV_{bucket.name}")
     for stream in sorted(read_streams):

@@ -101,8 +101,9 @@ class LifecyclePublisher:
         return False
 
     async def forget(self, uid: str) -> None:
-        """Drop the record of a deleted workload (its deleted event was published)."""
-        await self.kv.delete(_key(uid))
+        """Drop the record of a workload, history and all (a deleted one, or a finished one
+        past its retention)."""
+        await self.kv.purge(_key(uid))
 
 
 def _key(uid: str) -> str:

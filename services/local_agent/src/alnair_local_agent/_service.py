@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import ClassVar
 
 from alnair.v1 import commands_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, subjects
+from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, TemporaryError, subjects
 from alnair_lifecycle import LifecyclePublisher
 
 from ._agent import Agent
 from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
+from ._retention import Retention, forget_expired
 from ._settings import LocalAgentSettings
 
 
@@ -44,6 +46,7 @@ class LocalAgentService(Service):
         found = await self.agent.recover()
         if found:
             self.log.info("workloads found again after a restart", count=found)
+        self.spawn(self._apply_retention(lifecycle), name="retention")
         node = subjects.token(s.node_name)
         await self.consume(DurableConsumer(
             self.bus, stream="WORKLOADS", durable=f"local-agent-{node}-submit",
@@ -62,6 +65,22 @@ class LocalAgentService(Service):
             await self.consume(DurableConsumer(
                 self.bus, stream="COMMANDS", durable=f"local-agent-{node}-{kind}",
                 subject=subject, message_type=message_type, handler=handler))
+
+    async def _apply_retention(self, lifecycle: LifecyclePublisher) -> None:
+        """Forget finished workloads past their retention, now and then every check period;
+        a failed round (the bus away) is retried on the next one."""
+        s = self.agent_settings
+        policy = Retention(s.workload_retention_seconds, s.keep_finished)
+        rounds = 0
+        while True:
+            try:
+                await forget_expired(lifecycle, s.workloads_dir, s.node_name, policy)
+                if rounds % 60 == 0:  # markers are few; the purge lists them through a consumer
+                    await lifecycle.kv.purge_deletes(s.workload_retention_seconds)
+            except TemporaryError as e:
+                self.log.info("retention round skipped", error=str(e))
+            rounds += 1
+            await asyncio.sleep(s.retention_check_seconds)
 
     async def teardown(self) -> None:
         if self.agent is not None:

@@ -17,6 +17,14 @@ class LocalAgentSettings(ServiceSettings):
         None, description="Path of libalnair_cuda.so (make -C native/cuda_intercept); loaded "
                           "with LD_PRELOAD into every workload. Required with real GPUs.")
 
+    workload_retention_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0, description="How long a finished local workload's record and "
+                                           "workspace are kept after it ended")
+    keep_finished: int = Field(
+        500, ge=1, description="At most this many finished local workloads are kept (newest)")
+    retention_check_seconds: float = Field(60.0, gt=0, le=86400,
+                                           description="How often retention is applied")
+
     @property
     def workloads_dir(self) -> Path:
         return self.data_dir / "workloads"

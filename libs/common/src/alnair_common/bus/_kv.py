@@ -116,6 +116,16 @@ class TypedKV(Generic[M]):
         except nats.js.errors.KeyWrongLastSequenceError as e:
             raise RevisionConflictError(self.bucket, key, revision) from e
 
+    async def purge(self, key: str) -> None:
+        """Forget ``key`` and its history (one marker stays until :meth:`purge_deletes`)."""
+        with _reachable(self.bucket, f"purge {key!r}"):
+            await self._kv.purge(key)
+
+    async def purge_deletes(self, older_than_seconds: float) -> None:
+        """Drop the markers that deletes and purges older than this left behind."""
+        with _reachable(self.bucket, "purge old delete markers"):
+            await self._kv.purge_deletes(olderthan=int(older_than_seconds))
+
     async def keys(self) -> list[str]:
         """Every key with a value (deleted ones left out).
 
