@@ -72,6 +72,8 @@ class _JobPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobPhase.Val
     """A worker failed: the survivors are being stopped and restarted into a new rendezvous."""
     JOB_PHASE_DELETING: _JobPhase.ValueType  # 8
     """Asked to be deleted: its workers are being stopped."""
+    JOB_PHASE_DELETED: _JobPhase.ValueType  # 9
+    """Deleted: every worker stopped (or the stop grace passed)."""
 
 class JobPhase(_JobPhase, metaclass=_JobPhaseEnumTypeWrapper): ...
 
@@ -89,6 +91,8 @@ JOB_PHASE_RECOVERING: JobPhase.ValueType  # 7
 """A worker failed: the survivors are being stopped and restarted into a new rendezvous."""
 JOB_PHASE_DELETING: JobPhase.ValueType  # 8
 """Asked to be deleted: its workers are being stopped."""
+JOB_PHASE_DELETED: JobPhase.ValueType  # 9
+"""Deleted: every worker stopped (or the stop grace passed)."""
 Global___JobPhase: _TypeAlias = JobPhase  # noqa: Y015
 
 @_typing.final
@@ -135,7 +139,7 @@ class JobDeadlines(_message.Message):
     rendezvous_timeout_seconds: _builtins.float
     """Longest wait for the workers to meet in a rendezvous (on start, rescale and recovery)."""
     active_deadline_seconds: _builtins.float
-    """Longest the job may run from its first start (Kubernetes' activeDeadlineSeconds)."""
+    """Longest the job may take from its submission to its end, whatever its phase."""
     def __init__(
         self,
         *,

@@ -1,0 +1,206 @@
+"""The one job state table: phases, what leaves each, its timeout; the status; the inputs.
+
+Users of elastic training cannot tell "waiting for peers" from "broken" (Kubeflow #1711):
+here every phase says what it waits for, which input leaves it and how long it may last,
+and the controller, the CLI and the published JobState all read this one table. The rules
+that move between phases are in :mod:`._job_transitions`; both modules are pure (no clock,
+no bus: ``now`` is an argument), so hypothesis can drive them through any order of inputs.
+
+Worker bookkeeping is three nested sets, never counters, so that a worker reported twice is
+still one worker: ``world ⊆ started ⊆ placed``; ``stopping ⊆ placed`` are workers the
+controller asked to stop, whose exit is expected and is not a failure; ``ended`` are workers
+whose exit was counted, so a redelivered or late report cannot count them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ._job_spec import TrainingJob
+
+# Workers asked to stop (delete) get this long to report their exit before the job is
+# declared deleted anyway; the adapters keep deleting pods and processes on their side.
+STOP_GRACE_SECONDS = 30.0
+
+
+class Phase(Enum):
+    PENDING = "Pending"
+    SCHEDULING = "Scheduling"
+    RUNNING = "Running"
+    RESCALING = "Rescaling"
+    RECOVERING = "Recovering"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETING = "Deleting"
+    DELETED = "Deleted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.DELETED)
+
+
+@dataclass(frozen=True)
+class PhaseInfo:
+    """One row of the table: what a phase means, what leaves it and its timeout."""
+
+    meaning: str
+    leaves_on: tuple[str, ...]
+    timeout: str
+    on_timeout: str
+
+
+_ALWAYS = ("delete", "deadline")
+TABLE: dict[Phase, PhaseInfo] = {
+    Phase.PENDING: PhaseInfo(
+        "known, waiting for the allocator to grant minReplicas workers", ("capacity", *_ALWAYS),
+        "spec.deadlines.schedulingTimeoutSeconds", "Failed (PendingTimeout)"),
+    Phase.SCHEDULING: PhaseInfo(
+        "admitted: a gang of the target size is asked for, placed, started, then meets in a "
+        "rendezvous", ("rendezvous-complete", "capacity", "worker-exited", *_ALWAYS),
+        "spec.deadlines.schedulingTimeoutSeconds",
+        "target lowered to minReplicas and retried once; at minReplicas Failed (SchedulingTimeout)"),
+    Phase.RUNNING: PhaseInfo(
+        "training with a world size within minReplicas..maxReplicas",
+        ("worker-exited", "capacity", "scale", *_ALWAYS),
+        "none while training; once a worker exited 0 (Completing) "
+        "spec.deadlines.rendezvousTimeoutSeconds", "Succeeded, the stragglers stopped"),
+    Phase.RESCALING: PhaseInfo(
+        "changing the world size: workers added or stopped, the rest meet in a new rendezvous",
+        ("rendezvous-complete", "worker-exited", "capacity", *_ALWAYS),
+        "spec.deadlines.rendezvousTimeoutSeconds", "Recovering (RendezvousTimeout), one restart used"),
+    Phase.RECOVERING: PhaseInfo(
+        "a worker failed: every worker is stopped and the job waits its restart back-off",
+        ("capacity", *_ALWAYS), "the back-off of spec.restartPolicy",
+        "Scheduling a new gang (Pending if capacity is below minReplicas)"),
+    Phase.DELETING: PhaseInfo(
+        "stopping every worker", ("worker-exited",), f"{STOP_GRACE_SECONDS:.0f} s stop grace",
+        "Deleted"),
+    Phase.SUCCEEDED: PhaseInfo("finished: a worker exited 0 and the rest have ended", (), "none", "-"),
+    Phase.FAILED: PhaseInfo("ended by a failure the restart policy does not cover", (), "none", "-"),
+    Phase.DELETED: PhaseInfo("deleted by its owner", (), "none", "-"),
+}
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where one job stands. Replaced, never mutated: each transition is a new value."""
+
+    phase: Phase
+    reason: str
+    message: str
+    created_at: float
+    entered_at: float
+    generation: int = 1
+    restarts: int = 0
+    grant: int = 0              # workers the allocator lets this job have
+    wish: int | None = None     # the user's `alnair job scale` value
+    target: int = 0             # world size the controller drives towards
+    placed: frozenset[str] = frozenset()
+    started: frozenset[str] = frozenset()
+    world: frozenset[str] = frozenset()
+    stopping: frozenset[str] = frozenset()
+    ended: frozenset[str] = frozenset()   # exited workers: a late duplicate report is ignored
+    succeeded: int = 0
+    retry_at: float = 0.0
+    cause: str = "submitted"
+    previous: Phase | None = None
+
+    @property
+    def alive(self) -> frozenset[str]:
+        """Workers that count: placed and not asked to stop."""
+        return self.placed - self.stopping
+
+    @property
+    def world_size(self) -> int:
+        return len(self.world)
+
+    @property
+    def completing(self) -> bool:
+        return self.phase is Phase.RUNNING and self.succeeded > 0
+
+
+def submitted(now: float) -> JobStatus:
+    return JobStatus(Phase.PENDING, "WaitingForCapacity", "waiting for the allocator to grant "
+                     "minReplicas workers", created_at=now, entered_at=now)
+
+
+_TIMEOUTS: dict[Phase, Callable[[TrainingJob, JobStatus], float | None]] = {
+    Phase.PENDING: lambda j, s: j.deadlines.scheduling_timeout_seconds,
+    Phase.SCHEDULING: lambda j, s: j.deadlines.scheduling_timeout_seconds,
+    Phase.RUNNING: lambda j, s: j.deadlines.rendezvous_timeout_seconds if s.completing else None,
+    Phase.RESCALING: lambda j, s: j.deadlines.rendezvous_timeout_seconds,
+    Phase.RECOVERING: lambda j, s: max(0.0, s.retry_at - s.entered_at),
+    Phase.DELETING: lambda j, s: STOP_GRACE_SECONDS,
+}
+
+
+def timeout_seconds(job: TrainingJob, status: JobStatus) -> float | None:
+    """Seconds in the current phase before it times out; None: only an input leaves it."""
+    rule = _TIMEOUTS.get(status.phase)
+    return rule(job, status) if rule else None
+
+
+# The inputs. Each is one fact from the bus (or the clock); ``kind`` is the published cause.
+@dataclass(frozen=True)
+class CapacityChanged:
+    """The allocator's grant for this job changed (capacity freed or taken)."""
+
+    grant: int
+    kind: str = field(default="capacity", init=False)
+
+
+@dataclass(frozen=True)
+class WorkersPlaced:
+    """The scheduler bound these workers (a gang, or single workers when growing)."""
+
+    workers: frozenset[str]
+    kind: str = field(default="workers-placed", init=False)
+
+
+@dataclass(frozen=True)
+class WorkerStarted:
+    worker: str
+    kind: str = field(default="worker-started", init=False)
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    """A worker ended: its exit code, or None when it was lost (pod deleted, node gone,
+    missed heartbeat)."""
+
+    worker: str
+    code: int | None
+    detail: str = ""
+    kind: str = field(default="worker-exited", init=False)
+
+
+@dataclass(frozen=True)
+class RendezvousComplete:
+    """The job's rendezvous host closed a round with these members."""
+
+    members: frozenset[str]
+    kind: str = field(default="rendezvous-complete", init=False)
+
+
+@dataclass(frozen=True)
+class ScaleCommand:
+    replicas: int
+    kind: str = field(default="scale", init=False)
+
+
+@dataclass(frozen=True)
+class DeleteCommand:
+    kind: str = field(default="delete", init=False)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed: timeouts, the back-off and the active deadline are checked."""
+
+    kind: str = field(default="tick", init=False)
+
+
+JobInput = (CapacityChanged | WorkersPlaced | WorkerStarted | WorkerExited | RendezvousComplete
+            | ScaleCommand | DeleteCommand | Tick)

@@ -1,0 +1,257 @@
+"""The rules of the job state machine: ``step(job, status, input, now) -> status``.
+
+A pure function: the same inputs give the same status, and an input that changes nothing
+returns the very same object (the controller publishes a JobState exactly when the result
+``is not`` the status it passed in). Terminal phases ignore everything. Decisions follow
+torchrun's semantics where they exist: a worker that exits 0 has finished training; any
+other exit is a failure that uses one restart; an elastic job whose survivors still number
+``minReplicas`` goes on with them (Rescaling) instead of restarting everyone, and the
+controller asks for a replacement as capacity allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ._errors import TransitionError
+from ._job_spec import Launcher, TrainingJob
+from ._job_states import (
+    CapacityChanged,
+    DeleteCommand,
+    JobInput,
+    JobStatus,
+    Phase,
+    RendezvousComplete,
+    ScaleCommand,
+    Tick,
+    WorkerExited,
+    WorkersPlaced,
+    WorkerStarted,
+    timeout_seconds,
+)
+
+_GROWING = (Phase.SCHEDULING, Phase.RESCALING, Phase.RUNNING)
+
+
+def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStatus:
+    """The status after ``event``; TransitionError (status unchanged) for a refused command."""
+    if s.phase.terminal:
+        return s
+    if isinstance(event, DeleteCommand):
+        return _delete(s, now)
+    deadline = job.deadlines.active_deadline_seconds
+    if deadline and now >= s.created_at + deadline and s.phase is not Phase.DELETING:
+        return _fail(s, "DeadlineExceeded", f"the job ran past spec.deadlines.activeDeadlineSeconds="
+                     f"{deadline:.0f} s since its submission", now, event.kind)
+    if isinstance(event, Tick):
+        return _tick(job, s, now)
+    if isinstance(event, CapacityChanged):
+        return _retarget(job, replace(s, grant=max(0, event.grant)), s, now, event.kind)
+    if isinstance(event, ScaleCommand):
+        return _retarget(job, replace(s, wish=_checked_scale(job, event.replicas)), s, now, event.kind)
+    if isinstance(event, WorkersPlaced):
+        return _placed(job, s, event.workers, now)
+    if isinstance(event, WorkerStarted):
+        if event.worker not in s.alive or event.worker in s.started:
+            return s
+        return _update(s, event.kind, started=s.started | {event.worker})
+    if isinstance(event, WorkerExited):
+        return _exited(job, s, event, now)
+    if isinstance(event, RendezvousComplete):
+        return _rendezvous(job, s, event.members, now)
+    raise TypeError(f"not a job input: {event!r}")
+
+
+def desired(job: TrainingJob, s: JobStatus) -> int:
+    """The world size wanted if capacity were no object: the user's scale, else the max."""
+    if job.launcher is Launcher.TORCH or s.wish is None:
+        return job.max_replicas
+    return s.wish
+
+
+def _checked_scale(job: TrainingJob, n: int) -> int:
+    if not job.elastic:
+        raise TransitionError(f"job {job.name} has a fixed world size of {job.min_replicas} "
+                              f"(launcher {job.launcher.value}, minReplicas == maxReplicas); resubmit "
+                              "it with launcher: torch-elastic and a wider range to scale it")
+    if not job.min_replicas <= n <= job.max_replicas:
+        raise TransitionError(f"job {job.name} may have {job.min_replicas}..{job.max_replicas} "
+                              f"workers (spec.minReplicas..spec.maxReplicas), not {n}")
+    return n
+
+
+def _move(s: JobStatus, phase: Phase, reason: str, message: str, now: float, cause: str,
+          *, reenter: bool = False, **changes: object) -> JobStatus:
+    entered = now if reenter or phase is not s.phase else s.entered_at
+    return replace(s, phase=phase, reason=reason, message=message, entered_at=entered,
+                   generation=s.generation + 1, cause=cause, previous=s.phase, **changes)
+
+
+def _update(s: JobStatus, cause: str, **changes: object) -> JobStatus:
+    new = replace(s, **changes)
+    return s if new == s else replace(new, generation=s.generation + 1, cause=cause)
+
+
+def _fail(s: JobStatus, reason: str, message: str, now: float, cause: str) -> JobStatus:
+    return _move(s, Phase.FAILED, reason, message, now, cause, stopping=s.placed, world=frozenset())
+
+
+def _delete(s: JobStatus, now: float) -> JobStatus:
+    if s.phase is Phase.DELETING:
+        return s
+    if not s.placed:
+        return _move(s, Phase.DELETED, "Deleted", "deleted; it had no workers", now, "delete")
+    return _move(s, Phase.DELETING, "StoppingWorkers", f"stopping {len(s.placed)} workers", now,
+                 "delete", stopping=s.placed, world=frozenset())
+
+
+def _restart(job: TrainingJob, s: JobStatus, reason: str, message: str, now: float,
+             cause: str) -> JobStatus:
+    """One restart used: every worker stopped, a new gang after the back-off."""
+    used = s.restarts + 1
+    if used > job.restart.max_restarts:
+        return _fail(replace(s, restarts=used), "RestartsExhausted",
+                     f"{message}; {used} failures exceed spec.restartPolicy.maxRestarts="
+                     f"{job.restart.max_restarts}", now, cause)
+    wait = job.restart.backoff(s.restarts)
+    return _move(s, Phase.RECOVERING, reason, f"{message}; restart {used} of "
+                 f"{job.restart.max_restarts} in {wait:g} s", now, cause, reenter=True,
+                 restarts=used, stopping=s.placed, world=frozenset(), retry_at=now + wait)
+
+
+def _tick(job: TrainingJob, s: JobStatus, now: float) -> JobStatus:
+    limit = timeout_seconds(job, s)
+    if limit is None or now < s.entered_at + limit:
+        return s
+    if s.phase is Phase.PENDING:
+        return _fail(s, "PendingTimeout", f"no grant of minReplicas={job.min_replicas} workers "
+                     f"({job.request.gpus:g} GPU each) within {limit:.0f} s", now, "tick")
+    if s.phase is Phase.SCHEDULING:
+        if s.target > job.min_replicas:
+            return _retarget_to(s, job.min_replicas, Phase.SCHEDULING, "ScaledDownToMin",
+                                f"{s.target} workers did not start and meet within {limit:.0f} s; "
+                                f"trying minReplicas={job.min_replicas}", now, "tick", reenter=True)
+        return _fail(s, "SchedulingTimeout", f"{len(s.started)} of {s.target} workers started and "
+                     f"met within {limit:.0f} s (spec.deadlines.schedulingTimeoutSeconds)", now, "tick")
+    if s.phase is Phase.RUNNING:  # completing: the stragglers are stopped
+        return _move(s, Phase.SUCCEEDED, "Succeeded", f"{s.succeeded} workers finished; "
+                     f"{len(s.alive)} still running after {limit:.0f} s were stopped", now, "tick",
+                     stopping=s.placed, world=frozenset())
+    if s.phase is Phase.RESCALING:
+        return _restart(job, s, "RendezvousTimeout", f"no rendezvous of {s.target} workers within "
+                        f"{limit:.0f} s (spec.deadlines.rendezvousTimeoutSeconds)", now, "tick")
+    if s.phase is Phase.RECOVERING:
+        return _regroup(job, s, now, "tick")
+    return _move(s, Phase.DELETED, "Deleted", f"{len(s.placed)} workers did not confirm their stop "
+                 f"within {limit:.0f} s; the adapters go on deleting them", now, "tick")
+
+
+def _regroup(job: TrainingJob, s: JobStatus, now: float, cause: str) -> JobStatus:
+    target = min(desired(job, s), s.grant)
+    if target < job.min_replicas:
+        return _move(s, Phase.PENDING, "WaitingForCapacity", f"restart {s.restarts} waits for a "
+                     f"grant of minReplicas={job.min_replicas} (have {s.grant})", now, cause)
+    return _move(s, Phase.SCHEDULING, "WaitingForGang", f"restart {s.restarts}: asking for a gang "
+                 f"of {target} workers", now, cause, target=target)
+
+
+def _surplus(s: JobStatus, target: int) -> frozenset[str]:
+    """Which workers to stop to get down to ``target``: those outside the world first, then
+    the highest names (deterministic)."""
+    extra = len(s.alive) - target
+    if extra <= 0:
+        return frozenset()
+    order = sorted(s.alive - s.world, reverse=True) + sorted(s.world, reverse=True)
+    return frozenset(order[:extra])
+
+
+def _retarget_to(s: JobStatus, target: int, phase: Phase, reason: str, message: str, now: float,
+                 cause: str, *, reenter: bool = False) -> JobStatus:
+    cut = _surplus(s, target)
+    return _move(s, phase, reason, message, now, cause, reenter=reenter, target=target,
+                 stopping=s.stopping | cut, world=s.world - cut)
+
+
+def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cause: str) -> JobStatus:
+    """React to a new grant or wish (``s`` already holds it; ``before`` is the input status)."""
+    target = min(desired(job, s), s.grant)
+    if s.phase is Phase.PENDING:
+        if target < job.min_replicas:
+            return _update(before, cause, grant=s.grant, wish=s.wish)
+        return _move(s, Phase.SCHEDULING, "WaitingForGang", f"granted {s.grant} workers: asking for "
+                     f"a gang of {target}", now, cause, target=target)
+    if s.phase in (Phase.RECOVERING, Phase.DELETING) or s.completing:
+        return _update(before, cause, grant=s.grant, wish=s.wish)
+    if target < job.min_replicas:
+        return _move(s, Phase.PENDING, "Preempted", f"the grant fell to {s.grant}, below "
+                     f"minReplicas={job.min_replicas}: workers stopped until capacity returns", now,
+                     cause, stopping=s.placed, world=frozenset(), target=0)
+    if s.phase is Phase.RUNNING and job.elastic and target != len(s.alive):
+        up = target > len(s.alive)
+        return _retarget_to(s, target, Phase.RESCALING, "ScalingUp" if up else "ScalingDown",
+                            f"world size {len(s.alive)} → {target}", now, cause)
+    if s.phase is Phase.RUNNING or target == s.target:
+        return _update(before, cause, grant=s.grant, wish=s.wish)
+    cut = _surplus(s, target)
+    return _update(before, cause, grant=s.grant, wish=s.wish, target=target,
+                   stopping=s.stopping | cut, world=s.world - cut)
+
+
+def _placed(job: TrainingJob, s: JobStatus, workers: frozenset[str], now: float) -> JobStatus:
+    new = sorted(workers - s.placed - s.ended)
+    if not new:
+        return s
+    room = s.target - len(s.alive) if s.phase in _GROWING and not s.completing else 0
+    take, extra = frozenset(new[:max(0, room)]), frozenset(new[max(0, room):])
+    changes = {"placed": s.placed | take | extra, "stopping": s.stopping | extra}
+    if take and s.phase is Phase.RUNNING:
+        return _move(s, Phase.RESCALING, "ScalingUp", f"{len(take)} workers placed: world size "
+                     f"{len(s.alive)} → {len(s.alive) + len(take)}", now, "workers-placed", **changes)
+    return _update(s, "workers-placed", **changes)
+
+
+def _exited(job: TrainingJob, s: JobStatus, ev: WorkerExited, now: float) -> JobStatus:
+    w = ev.worker
+    if w not in s.placed:
+        return s  # unknown, or its exit was already counted
+    gone = replace(s, placed=s.placed - {w}, started=s.started - {w}, world=s.world - {w},
+                   stopping=s.stopping - {w}, ended=s.ended | {w})
+    how = f"exit code {ev.code}" if ev.code is not None else "lost"
+    what = f"worker {w} ended ({how}{': ' + ev.detail if ev.detail else ''})"
+    if w in s.stopping:  # asked to stop: expected, not a failure
+        if s.phase is Phase.DELETING and not gone.placed:
+            return _move(gone, Phase.DELETED, "Deleted", "every worker stopped", now, ev.kind)
+        return _update(s, ev.kind, **_diff(s, gone))
+    if ev.code == 0 or s.completing:
+        done = replace(gone, succeeded=s.succeeded + (ev.code == 0))
+        if not done.alive:
+            return _move(done, Phase.SUCCEEDED, "Succeeded", f"{done.succeeded} workers finished",
+                         now, ev.kind)
+        if s.completing:
+            return _update(s, ev.kind, **_diff(s, done))
+        return _move(done, Phase.RUNNING, "Completing", f"{what}; waiting for the other "
+                     f"{len(done.alive)} to finish", now, ev.kind, reenter=True)
+    if job.elastic and s.phase in (Phase.RUNNING, Phase.RESCALING) and \
+            len(gone.alive) >= job.min_replicas:
+        used = s.restarts + 1
+        if used <= job.restart.max_restarts:
+            return _move(gone, Phase.RESCALING, "WorkerFailed", f"{what}; {len(gone.alive)} "
+                         f"survivors meet in a new rendezvous, a replacement is asked for "
+                         f"(restart {used} of {job.restart.max_restarts})", now, ev.kind,
+                         reenter=True, restarts=used)
+    return _restart(job, gone, "WorkerFailed", what, now, ev.kind)
+
+
+def _rendezvous(job: TrainingJob, s: JobStatus, members: frozenset[str], now: float) -> JobStatus:
+    m = members & s.alive
+    if s.phase not in _GROWING or s.completing or not job.min_replicas <= len(m) <= job.max_replicas:
+        return s
+    if s.phase is Phase.RUNNING and m == s.world:
+        return s
+    return _move(s, Phase.RUNNING, "Training", f"training with {len(m)} workers", now,
+                 "rendezvous-complete", world=m, started=s.started | m)
+
+
+def _diff(old: JobStatus, new: JobStatus) -> dict[str, object]:
+    keys = ("placed", "started", "world", "stopping", "ended", "succeeded")
+    return {k: getattr(new, k) for k in keys if getattr(new, k) != getattr(old, k)}

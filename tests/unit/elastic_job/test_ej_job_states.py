@@ -1,0 +1,204 @@
+"""The job state machine, scenario by scenario: the paths a user will see."""
+
+from __future__ import annotations
+
+import pytest
+
+from alnair_elastic_job import TrainingJob, TransitionError
+from alnair_elastic_job._job_spec import Launcher, RestartPolicy, WorkerRequest
+from alnair_elastic_job._job_states import (
+    TABLE,
+    CapacityChanged,
+    DeleteCommand,
+    JobStatus,
+    Phase,
+    RendezvousComplete,
+    ScaleCommand,
+    Tick,
+    WorkerExited,
+    WorkersPlaced,
+    WorkerStarted,
+    submitted,
+    timeout_seconds,
+)
+from alnair_elastic_job._job_transitions import step
+
+
+def job(lo: int = 2, hi: int = 4, restarts: int = 3, launcher: Launcher = Launcher.TORCH_ELASTIC,
+        **kw: object) -> TrainingJob:
+    return TrainingJob("j", ("python", "t.py"), lo, hi, WorkerRequest(8, 30), launcher=launcher,
+                       restart=RestartPolicy(restarts, 5.0, 20.0), **kw)  # type: ignore[arg-type]
+
+
+class Run:
+    """Feeds inputs at advancing times and keeps every status, as the controller would."""
+
+    def __init__(self, j: TrainingJob) -> None:
+        self.job, self.now = j, 0.0
+        self.s = submitted(0.0)
+        self.history: list[JobStatus] = [self.s]
+
+    def __call__(self, event: object, dt: float = 1.0) -> JobStatus:
+        self.now += dt
+        new = step(self.job, self.s, event, self.now)  # type: ignore[arg-type]
+        if new is not self.s:
+            assert new.generation == self.s.generation + 1
+            self.history.append(new)
+        self.s = new
+        return new
+
+    def running(self, *workers: str) -> JobStatus:
+        self(CapacityChanged(len(workers)))
+        self(WorkersPlaced(frozenset(workers)))
+        for w in workers:
+            self(WorkerStarted(w))
+        return self(RendezvousComplete(frozenset(workers)))
+
+    @property
+    def path(self) -> list[str]:
+        return [f"{s.phase.value}/{s.reason}" for s in self.history]
+
+
+def test_a_killed_worker_shrinks_the_job_then_a_replacement_grows_it_back() -> None:
+    """The issue's scenario: Running(3) → kill -9 → Rescaling → Running(2) → Running(3)."""
+    r = Run(job(2, 3))
+    assert r.running("a", "b", "c").phase is Phase.RUNNING and r.s.world_size == 3
+    s = r(WorkerExited("b", -9, "SIGKILL"))
+    assert (s.phase, s.reason, s.restarts, s.world) == (Phase.RESCALING, "WorkerFailed", 1,
+                                                        frozenset("ac"))
+    assert "SIGKILL" in s.message and s.target == 3
+    assert r(RendezvousComplete(frozenset("ac"))).world_size == 2 and r.s.phase is Phase.RUNNING
+    assert r(WorkersPlaced(frozenset("d"))).phase is Phase.RESCALING and r.s.reason == "ScalingUp"
+    r(WorkerStarted("d"))
+    s = r(RendezvousComplete(frozenset("acd")))
+    assert s.phase is Phase.RUNNING and s.world_size == 3 and s.restarts == 1
+    assert r.path[-6:] == ["Running/Training", "Rescaling/WorkerFailed", "Running/Training",
+                           "Rescaling/ScalingUp", "Rescaling/ScalingUp", "Running/Training"]
+
+
+def test_the_same_exit_reported_twice_uses_one_restart() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    once = r(WorkerExited("b", 1))
+    assert r(WorkerExited("b", 1)) is once and once.restarts == 1
+    assert r(WorkersPlaced(frozenset("b"))) is once, "an ended worker cannot be placed again"
+
+
+def test_failures_beyond_the_restart_policy_end_in_failed_with_the_reason() -> None:
+    r = Run(job(2, 4, restarts=1))
+    r.running("a", "b", "c", "d")
+    assert r(WorkerExited("a", 137)).phase is Phase.RESCALING
+    s = r(WorkerExited("b", 1, "CUDA error"))
+    assert (s.phase, s.reason, s.restarts) == (Phase.FAILED, "RestartsExhausted", 2)
+    assert "maxRestarts=1" in s.message and "CUDA error" in s.message
+    assert s.stopping == s.placed == frozenset("cd"), "the survivors are stopped"
+    assert r(WorkerExited("c", 0)) is s, "terminal states are absorbing"
+
+
+def test_a_fixed_size_job_restarts_every_worker_after_its_back_off() -> None:
+    r = Run(job(2, 2, launcher=Launcher.TORCH))
+    r.running("a", "b")
+    s = r(WorkerExited("a", 1))
+    assert (s.phase, s.stopping, s.retry_at) == (Phase.RECOVERING, frozenset("b"), r.now + 5.0)
+    assert timeout_seconds(r.job, s) == 5.0
+    assert r(Tick(), dt=4.0) is s
+    s = r(Tick(), dt=1.0)
+    assert (s.phase, s.reason, s.target) == (Phase.SCHEDULING, "WaitingForGang", 2)
+    s = r(WorkerExited("b", 143))  # the stopped survivor: expected, not a failure
+    assert s.restarts == 1 and s.phase is Phase.SCHEDULING
+    r(WorkersPlaced(frozenset("cd")))
+    assert r(RendezvousComplete(frozenset("cd"))).phase is Phase.RUNNING
+    with pytest.raises(TransitionError, match="fixed world size"):
+        r(ScaleCommand(3))
+
+
+def test_capacity_taken_shrinks_stopping_workers_that_are_not_failures() -> None:
+    r = Run(job(2, 4))
+    r.running("a", "b", "c", "d")
+    s = r(CapacityChanged(2))
+    assert (s.phase, s.reason, s.stopping, s.world) == (Phase.RESCALING, "ScalingDown",
+                                                        frozenset("cd"), frozenset("ab"))
+    r(WorkerExited("d", 143))
+    r(WorkerExited("c", None, "pod deleted"))
+    s = r(RendezvousComplete(frozenset("ab")))
+    assert (s.phase, s.world_size, s.restarts) == (Phase.RUNNING, 2, 0)
+    s = r(CapacityChanged(1))
+    assert (s.phase, s.reason, s.stopping) == (Phase.PENDING, "Preempted", frozenset("ab"))
+
+
+def test_a_gang_that_does_not_meet_is_retried_at_min_then_fails() -> None:
+    r = Run(job(2, 4))
+    r(CapacityChanged(4))
+    r(WorkersPlaced(frozenset("abcd")))
+    s = r(Tick(), dt=600.0)
+    assert (s.phase, s.reason, s.target, s.stopping) == (Phase.SCHEDULING, "ScaledDownToMin", 2,
+                                                         frozenset("cd"))
+    s = r(Tick(), dt=600.0)
+    assert (s.phase, s.reason) == (Phase.FAILED, "SchedulingTimeout")
+    assert "schedulingTimeoutSeconds" in s.message
+
+
+def test_scale_commands_move_within_min_and_max_only() -> None:
+    r = Run(job(2, 4))
+    r.running("a", "b", "c", "d")
+    with pytest.raises(TransitionError, match=r"2\.\.4 workers"):
+        r(ScaleCommand(5))
+    s = r(ScaleCommand(3))
+    assert (s.phase, s.reason, s.target, s.stopping) == (Phase.RESCALING, "ScalingDown", 3,
+                                                         frozenset("d"))
+    r(WorkerExited("d", 0))  # a stopped worker's exit code does not make it a success
+    assert r(RendezvousComplete(frozenset("abc"))).phase is Phase.RUNNING and r.s.succeeded == 0
+    assert r(CapacityChanged(8)).target == 3, "the wish caps the grant"
+
+
+def test_an_exit_zero_completes_the_job_once_the_others_end() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    s = r(WorkerExited("a", 0))
+    assert (s.phase, s.reason, s.completing) == (Phase.RUNNING, "Completing", True)
+    assert timeout_seconds(r.job, s) == 60.0
+    r(WorkerExited("b", 1, "teardown"))
+    s = r(WorkerExited("c", 0))
+    assert (s.phase, s.reason, s.succeeded) == (Phase.SUCCEEDED, "Succeeded", 2)
+
+
+def test_stragglers_after_completion_are_stopped_and_the_job_succeeds() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    r(WorkerExited("a", 0))
+    s = r(Tick(), dt=61.0)
+    assert s.phase is Phase.SUCCEEDED and s.stopping == frozenset("bc") and "2 still running" in s.message
+
+
+def test_delete_stops_every_worker_then_the_job_is_deleted() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b")
+    s = r(DeleteCommand())
+    assert (s.phase, s.stopping) == (Phase.DELETING, frozenset("ab"))
+    assert r(DeleteCommand()) is s
+    r(WorkerExited("a", 143))
+    assert r(WorkerExited("b", 143)).phase is Phase.DELETED
+    assert step(r.job, submitted(0.0), DeleteCommand(), 1.0).phase is Phase.DELETED
+
+
+def test_the_active_deadline_fails_the_job_in_any_phase() -> None:
+    from alnair_elastic_job._job_spec import Deadlines
+    r = Run(job(2, 3, deadlines=Deadlines(600, 60, 100)))
+    r.running("a", "b")
+    s = r(Tick(), dt=100.0)
+    assert (s.phase, s.reason) == (Phase.FAILED, "DeadlineExceeded")
+
+
+def test_pending_without_capacity_times_out() -> None:
+    r = Run(job(2, 3))
+    assert r(CapacityChanged(1)).phase is Phase.PENDING and r.s.grant == 1
+    s = r(Tick(), dt=600.0)
+    assert (s.phase, s.reason) == (Phase.FAILED, "PendingTimeout")
+
+
+def test_the_table_covers_every_phase_and_every_non_terminal_one_is_bounded() -> None:
+    assert set(TABLE) == set(Phase)
+    for phase, info in TABLE.items():
+        assert info.meaning
+        if not phase.terminal:
+            assert info.leaves_on and info.timeout, phase
