@@ -150,6 +150,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
       "An adapter's answer to a command.", stream="COMMANDS", publishers=ADAPTERS),
     S("alnair.job.<name>.state", job_pb2.JobState, Transport.STREAM,
       "State of a training job.", stream="JOBS", publishers=("elastic-job",)),
+    S("alnair.cmd.job.<name>", job_pb2.JobCommand, Transport.STREAM,
+      "Submit, scale or delete a training job (`alnair job`).", stream="COMMANDS",
+      publishers=("cli",), readers=("elastic-job",)),
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
       "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
@@ -314,6 +317,10 @@ def cmd_result() -> str:
 
 def job_state(name: str) -> str:
     return f"alnair.job.{token(name)}.state"
+
+
+def job_command(name: str) -> str:
+    return f"alnair.cmd.job.{token(name)}"
 
 
 def profile_completed() -> str:

@@ -1,26 +1,65 @@
 """Alnair elastic-job: one TrainingJob spec for every launcher, one job state machine.
 
 The public door: the CLI reads job files and renders states through these names, so the
-controller, the CLI and the status agree on one spec and one state table.
+controller, the CLI and the status agree on one spec and one state table (``TABLE``).
 """
 
 from ._errors import ElasticJobError, JobSpecError, TransitionError
 from ._job_codec import from_mapping, from_proto, from_yaml, to_proto
 from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest
+from ._job_states import (
+    TABLE,
+    CapacityChanged,
+    DeleteCommand,
+    JobInput,
+    JobStatus,
+    Phase,
+    PhaseInfo,
+    RendezvousComplete,
+    ScaleCommand,
+    Tick,
+    WorkerExited,
+    WorkersPlaced,
+    WorkerStarted,
+    submitted,
+    timeout_seconds,
+)
+from ._job_transitions import step
 from ._service import ElasticJobService
+from ._state_codec import Submit, command_from_proto, phase_from_proto, state_to_proto
 
 __all__ = [
+    "TABLE",
+    "CapacityChanged",
     "Deadlines",
+    "DeleteCommand",
     "ElasticJobError",
     "ElasticJobService",
+    "JobInput",
     "JobSpecError",
+    "JobStatus",
     "Launcher",
+    "Phase",
+    "PhaseInfo",
+    "RendezvousComplete",
     "RestartPolicy",
+    "ScaleCommand",
+    "Submit",
+    "Tick",
     "TrainingJob",
     "TransitionError",
+    "WorkerExited",
     "WorkerRequest",
+    "WorkerStarted",
+    "WorkersPlaced",
+    "command_from_proto",
     "from_mapping",
     "from_proto",
     "from_yaml",
+    "phase_from_proto",
+    "state_to_proto",
+    "step",
+    "submitted",
+    "timeout_seconds",
     "to_proto",
 ]
