@@ -178,9 +178,11 @@ class Engine:
             return
         reason, detail = problem
         _metrics.EVENTS_REFUSED.labels(reason).inc()
-        log.warning("implausible workload event refused", reason=reason, workload=str(w.ref),
-                    uid=w.ref.uid, phase=w.phase.value, source=w.source or None,
-                    node=w.node or None, bound_node=node, gpu=state.card.uuid, detail=detail)
+        # Replaying the history after a restart refuses it again: said once, when it arrived.
+        (log.warning if self.active else log.info)(
+            "implausible workload event refused", reason=reason, workload=str(w.ref),
+            uid=w.ref.uid, phase=w.phase.value, source=w.source or None, node=w.node or None,
+            bound_node=node, gpu=state.card.uuid, detail=detail, replayed=not self.active)
         raise ImplausibleEventError(reason, f"{w.phase.value} event for {w.ref} ({w.ref.uid}) "
                                     f"refused [{reason}]: {detail}; its share of "
                                     f"{state.card.uuid} stays committed")
