@@ -203,6 +203,11 @@ class RedisTier:
                 self.client.srem(journal, chunk)  # only after the reference is gone
         return freed
 
+    def forget_files(self, dataset: str, paths: list[str]) -> None:
+        if paths:
+            with _reachable("forgetting files"):
+                self.client.hdel(self._ds(dataset, "files"), *paths)
+
     def drop_manifest(self, dataset: str) -> None:
         with _reachable("dropping a manifest"):
             self.client.delete(self._ds(dataset, "files"))

@@ -153,7 +153,9 @@ class S3Source:
                 raise SourceError("s3:// sources need boto3: pip install 'alnair-dataset[s3]'") from e
             config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=3,
                             read_timeout=30, max_pool_connections=32)
-            self._client = boto3.client("s3", config=config, **self._options)
+            # A session of its own: boto3's default session caches the credentials it first
+            # saw for the life of the process.
+            self._client = boto3.session.Session().client("s3", config=config, **self._options)
         return self._client
 
     def list(self) -> list[SourceFile]:

@@ -68,6 +68,9 @@ class CacheTier(Protocol):
     def release(self, dataset: str, keep: set[str] | None = None) -> int:
         """Drop ``dataset``'s references (all, or those not in ``keep``); bytes freed."""
 
+    def forget_files(self, dataset: str, paths: list[str]) -> None:
+        """Unlist files (their chunks stay referenced until :meth:`release`)."""
+
     def drop_manifest(self, dataset: str) -> None: ...
 
     def close(self) -> None: ...

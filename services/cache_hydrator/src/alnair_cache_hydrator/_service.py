@@ -1,10 +1,188 @@
-"""The cache hydrator service."""
+"""The cache hydrator: turns dataset requests into hydrated data sets in the cache tier.
+
+State lives where a restart finds it: each data set's latest status (with its spec) in the
+``cache_datasets`` bucket, its manifest and references in the tier. On start the service
+resumes every data set that was PENDING or HYDRATING, then consumes requests. A request is
+acknowledged once the bucket holds its outcome; hydration itself runs in the background
+and reports on ``alnair.cache.<dataset>.status``.
+
+Request outcomes: a bad request (invalid name or source, a name already used for other
+data, removing a data set that does not exist) is terminated with an error event naming
+the request; the data set it named, if any, is untouched. A tier that is down during a
+removal is a temporary error (retried).
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import contextlib
+from typing import Any
+
+from alnair.v1 import cache_pb2
+from alnair_common import (
+    BusUnavailableError,
+    DurableConsumer,
+    Service,
+    TypedKV,
+    subjects,
+)
+from alnair_dataset import CacheTier, DatasetError, RedisTier, Source, open_source
+
+from ._domain import (
+    AddRequest,
+    DatasetSpec,
+    DatasetStatus,
+    Phase,
+    RemoveRequest,
+    request_from_proto,
+)
+from ._errors import InvalidRequestError, TierBusyError
+from ._hydration import Hydration
+from ._settings import CacheHydratorSettings
+
+BUCKET = "cache_datasets"
+ACTIVE = (Phase.PENDING, Phase.HYDRATING)
 
 
 class CacheHydratorService(Service):
     name = "cache-hydrator"
-    role = "skeleton: connected and healthy; caches no datasets yet"
+    role = "hydrates data sets from S3 or local directories into the cache tier"
+    settings_class = CacheHydratorSettings
+
+    def __init__(self, settings: CacheHydratorSettings) -> None:
+        super().__init__(settings)
+        self.settings: CacheHydratorSettings = settings
+        self.kv: TypedKV[cache_pb2.CacheDatasetStatus] | None = None
+        self.jobs: dict[str, tuple[Hydration, asyncio.Task[DatasetStatus]]] = {}
+        self._tier: CacheTier | None = None
+        self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
+
+    async def setup(self) -> None:
+        assert self.bus is not None
+        self.kv = await TypedKV.open(self.bus, BUCKET, cache_pb2.CacheDatasetStatus)
+        for key in await self.kv.keys():
+            found = await self.kv.get(key)
+            if found is None:
+                continue
+            status = DatasetStatus.from_proto(found.value)
+            if status.phase in ACTIVE:
+                self.log.info("resuming hydration", dataset=key)
+                self._start(status)
+        await self.consume(DurableConsumer(
+            self.bus, stream="CACHE", durable="cache-hydrator-requests",
+            subject=subjects.cache_requests(), message_type=cache_pb2.CacheDatasetRequest,
+            handler=self._on_request, max_deliver=100, ack_wait=60.0))
+
+    async def teardown(self) -> None:
+        for hydration, task in list(self.jobs.values()):
+            hydration.stop()
+            task.cancel()
+        await asyncio.gather(*(t for _, t in self.jobs.values()), return_exceptions=True)
+        if self._tier is not None:
+            self._tier.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def _on_request(self, _subject: str, message: cache_pb2.CacheDatasetRequest) -> None:
+        request = request_from_proto(message)
+        if isinstance(request, AddRequest):
+            await self._add(request)
+        else:
+            await self._remove(request)
+
+    async def _add(self, request: AddRequest) -> None:
+        spec = request.spec
+        old = await self._status(spec.key)
+        if old is not None:
+            if not old.spec.same_data(spec):
+                raise InvalidRequestError(
+                    f"data set {spec.name!r} already exists with other data (source "
+                    f"{old.spec.source}, owner {old.spec.owner or 'unknown'}); remove it first "
+                    "or choose another name")
+            if old.phase is Phase.READY or (old.phase in ACTIVE and spec.key in self.jobs):
+                await self._put(old.evolve(spec=spec, request_id=request.request_id))
+                return
+        status = DatasetStatus(spec, Phase.PENDING, request.request_id,
+                               message="waiting to list the source")
+        await self._put(status)
+        self._start(status)
+
+    async def _remove(self, request: RemoveRequest) -> None:
+        old = await self._status(request.key)
+        if old is None:
+            raise InvalidRequestError(f"there is no data set {request.name!r} to remove")
+        job = self.jobs.pop(request.key, None)
+        if job is not None:
+            job[0].stop()
+            await asyncio.gather(job[1], return_exceptions=True)
+        try:
+            tier = await asyncio.to_thread(self.tier)
+            freed = await asyncio.to_thread(tier.release, request.key)
+            await asyncio.to_thread(tier.drop_manifest, request.key)
+        except DatasetError as e:
+            raise TierBusyError(f"removing {request.name!r}: {e}",
+                                 retry_after=self.settings.cache_tier_retry_seconds) from e
+        await self._put(old.evolve(phase=Phase.REMOVED, request_id=request.request_id,
+                                   cached_bytes=0, files_cached=0, reason="",
+                                   message=f"removed; {freed} bytes freed in the tier"))
+        assert self.kv is not None
+        await self.kv.delete(_bucket_key(request.key))
+
+    # -- hydration --------------------------------------------------------------------------
+
+    def tier(self) -> CacheTier:
+        """The tier, connected on first use (a tier that is down does not stop the service)."""
+        if self._tier is None:
+            s = self.settings
+            self._tier = RedisTier.from_url(s.cache_redis_url, budget_bytes=s.cache_budget_bytes,
+                                            prefix=s.cache_prefix)
+        return self._tier
+
+    def source(self, spec: DatasetSpec) -> Source:
+        s = self.settings
+        options: dict[str, Any] = {}
+        if s.cache_s3_endpoint_url:
+            options["endpoint_url"] = s.cache_s3_endpoint_url
+        return open_source(spec.source, include=spec.include, exclude=spec.exclude,
+                           allowed_roots=s.allowed_roots, s3_options=options)
+
+    def _start(self, status: DatasetStatus) -> None:
+        key = status.spec.key
+        hydration = Hydration(status, self.tier, lambda: self.source(status.spec), self._put,
+                              status_interval=self.settings.cache_status_interval_seconds,
+                              tier_retry=self.settings.cache_tier_retry_seconds,
+                              bytes_per_second=self.settings.cache_hydrate_bytes_per_second)
+        task = asyncio.create_task(self._hydrate(key, hydration), name=f"hydrate:{key}")
+        self.jobs[key] = (hydration, task)
+
+    async def _hydrate(self, key: str, hydration: Hydration) -> DatasetStatus:
+        try:
+            async with self._slots:
+                return await hydration.run()
+        except Exception as e:  # a bug must fail this data set, not the service
+            self.log.exception("hydration crashed", dataset=key)
+            return await hydration._fail("internal-error", f"hydration crashed: {e!r}")
+        finally:
+            current = self.jobs.get(key)
+            if current is not None and current[0] is hydration:
+                del self.jobs[key]
+
+    # -- state ------------------------------------------------------------------------------
+
+    async def _status(self, key: str) -> DatasetStatus | None:
+        assert self.kv is not None
+        found = await self.kv.get(_bucket_key(key))
+        return None if found is None else DatasetStatus.from_proto(found.value)
+
+    async def _put(self, status: DatasetStatus) -> None:
+        """Record the status in the bucket, then publish it (a restart resumes from the
+        bucket; watchers see the subject)."""
+        assert self.kv is not None and self.bus is not None
+        message = status.to_proto()
+        await self.kv.put(_bucket_key(status.spec.key), message)
+        with contextlib.suppress(BusUnavailableError):
+            await self.bus.publish(subjects.cache_status(status.spec.key), message)
+
+
+def _bucket_key(key: str) -> str:
+    return key  # names and namespaces are [A-Za-z0-9_-], joined by "." — valid KV keys

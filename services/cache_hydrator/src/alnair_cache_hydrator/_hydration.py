@@ -1,0 +1,170 @@
+"""Hydrating one data set: list the source, store what the tier lacks, report as it goes.
+
+Resuming is the normal path, not a special one: files already in the manifest at the
+listed version are not read again, and a file the previous run was half-way through is
+stored again from its start (storing is idempotent, see alnair_dataset's store_file). The
+tier's blocking calls run on worker threads; the event loop only schedules and reports.
+
+Outcomes: READY with sizes and dedup savings; FAILED with the reason code of the error
+(source unreachable, bucket missing, access denied, path not allowed, source changed,
+insufficient capacity); or stopped (the data set is being removed). A tier that is down is
+waited for, with the wait visible in the status, since losing Redis loses only cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from alnair_common import get_logger
+from alnair_dataset import (
+    Budget,
+    CacheTier,
+    CapacityError,
+    DatasetError,
+    FileEntry,
+    Source,
+    SourceFile,
+    TierUnavailableError,
+    gib,
+    store_file,
+)
+
+from ._domain import DatasetStatus, Phase
+
+log = get_logger("alnair.cache-hydrator")
+Publish = Callable[[DatasetStatus], Awaitable[None]]
+SOURCE_RETRIES = 3
+
+
+class Hydration:
+    """One run over one data set; :meth:`stop` ends it between two files."""
+
+    def __init__(self, status: DatasetStatus, tier: Callable[[], CacheTier],
+                 source: Callable[[], Source], publish: Publish, *,
+                 status_interval: float = 0.5, tier_retry: float = 2.0,
+                 bytes_per_second: int = 0) -> None:
+        self.status = status
+        self._tier = tier
+        self._source = source
+        self._publish = publish
+        self._interval = status_interval
+        self._tier_retry = tier_retry
+        self._stopped = asyncio.Event()
+        self._rate = bytes_per_second
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> DatasetStatus:
+        try:
+            return await self._run()
+        except _Stopped:
+            return self.status
+        except DatasetError as e:
+            return await self._fail(e.reason, str(e))
+
+    async def _run(self) -> DatasetStatus:
+        key = self.status.spec.key
+        source = self._source()
+        listing: list[SourceFile] = await self._retrying(source.list, "listing the source")
+        total = sum(f.size for f in listing)
+        tier = await self._retrying(self._tier, "connecting to the tier")
+        usage = await self._retrying(tier.usage, "reading the tier's usage")
+        if total > usage.budget_bytes:
+            raise CapacityError(
+                f"needs {gib(total)}, more than the whole budget of tier {tier.name} "
+                f"({gib(usage.budget_bytes)}, {gib(usage.free_bytes)} free); select fewer "
+                "files or raise the budget (ALNAIR_CACHE_BUDGET_BYTES)")
+        done = await self._retrying(lambda: tier.manifest(key), "reading the manifest")
+        todo = [f for f in listing if _needs_store(done.get(f.path), f)]
+        cached = total - sum(f.size for f in todo)
+        await self._report(phase=Phase.HYDRATING, total_bytes=total, files_total=len(listing),
+                           cached_bytes=cached, files_cached=len(listing) - len(todo),
+                           reason="", message=f"hydrating {len(todo)} of {len(listing)} files "
+                                              f"({gib(total - cached)} to read)")
+        budget = Budget(tier)
+        last = began = time.monotonic()
+        read = 0
+        for file in todo:
+            if self._stopped.is_set():
+                return self.status
+            await self._retrying(lambda file=file: store_file(tier, key, source, file, budget),
+                                 f"storing {file.path}")
+            cached += file.size
+            read += file.size
+            if self._rate:
+                await self._pause(began + read / self._rate - time.monotonic())
+            self.status = self.status.evolve(cached_bytes=cached,
+                                             files_cached=self.status.files_cached + 1)
+            if time.monotonic() - last >= self._interval:
+                last = time.monotonic()
+                await self._publish(self.status)
+        listed = {f.path for f in listing}
+        stale = [p for p in done if p not in listed]
+        await self._retrying(lambda: self._collect(tier, key, stale), "releasing stale chunks")
+        fp = await self._retrying(lambda: tier.footprint(key), "measuring the data set")
+        return await self._report(
+            phase=Phase.READY, reason="", cached_bytes=fp.cached_bytes, files_cached=fp.files,
+            chunks=fp.chunks, unique_bytes=fp.unique_bytes,
+            dedup_saved_bytes=fp.dedup_saved_bytes,
+            message=f"{fp.files} files, {gib(fp.cached_bytes)} cached; "
+                    f"{gib(fp.dedup_saved_bytes)} shared with other data sets or repeated")
+
+    @staticmethod
+    def _collect(tier: CacheTier, key: str, stale: list[str]) -> None:
+        """Unlist files gone from the source and drop chunks no listed file uses any more."""
+        tier.forget_files(key, stale)
+        keep = {c for entry in tier.manifest(key).values() for c in entry.chunks}
+        tier.release(key, keep=keep)
+
+    async def _retrying(self, call: Callable[[], object], what: str) -> object:
+        """Run a blocking call on a thread. A tier that is down is waited for (until stopped);
+        a source that is unreachable gets SOURCE_RETRIES tries; other errors end the run."""
+        source_tries = 0
+        while True:
+            try:
+                return await asyncio.to_thread(call)
+            except TierUnavailableError as e:
+                await self._report(message=f"{what}: cache tier unavailable, retrying in "
+                                           f"{self._tier_retry:.0f} s: {e}", reason=e.reason)
+                log.warning("tier unavailable", dataset=self.status.spec.key, error=str(e))
+            except DatasetError as e:
+                source_tries += 1
+                if not e.temporary or source_tries >= SOURCE_RETRIES:
+                    raise
+                log.info("source error, retrying", dataset=self.status.spec.key, error=str(e))
+            await self._pause(self._tier_retry)
+            if self._stopped.is_set():
+                raise _Stopped
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` or until stopped, whichever comes first."""
+        if seconds <= 0:
+            return
+        waiter = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
+
+    async def _fail(self, reason: str, message: str) -> DatasetStatus:
+        log.warning("hydration failed", dataset=self.status.spec.key, reason=reason,
+                    error=message)
+        return await self._report(phase=Phase.FAILED, reason=reason, message=message)
+
+    async def _report(self, **changes: object) -> DatasetStatus:
+        self.status = self.status.evolve(**changes)
+        await self._publish(self.status)
+        return self.status
+
+
+class _Stopped(DatasetError):
+    """The run was stopped while it waited (the data set is being removed)."""
+
+    reason = "stopped"
+
+
+def _needs_store(entry: FileEntry | None, file: SourceFile) -> bool:
+    return entry is None or (entry.version, entry.size) != (file.version, file.size)

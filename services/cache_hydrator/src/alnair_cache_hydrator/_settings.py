@@ -1,0 +1,39 @@
+"""The cache hydrator's settings (``ALNAIR_*`` environment variables or the TOML file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from alnair_common import ServiceSettings
+
+
+class CacheHydratorSettings(ServiceSettings):
+    cache_redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="The tier: redis://host:port/db, or redis-cluster://host:port[,host:port]")
+    cache_budget_bytes: int = Field(8 << 30, gt=0, description="Bytes the tier may hold")
+    cache_prefix: str = Field("alnair", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    cache_allowed_roots: str = Field(
+        "", description="Comma-separated directories file:// sources may be under; empty: none")
+    cache_s3_endpoint_url: str | None = Field(
+        None, description="S3 endpoint for s3:// sources; unset: AWS_ENDPOINT_URL or AWS")
+    cache_concurrent_hydrations: int = Field(2, ge=1, le=64)
+    cache_status_interval_seconds: float = Field(0.5, gt=0, le=60,
+                                                 description="Least time between progress statuses")
+    cache_tier_retry_seconds: float = Field(2.0, gt=0, le=600)
+    cache_hydrate_bytes_per_second: int = Field(
+        0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
+                             "the training jobs sharing the source or network; 0: none")
+
+    @field_validator("cache_redis_url")
+    @classmethod
+    def _tier_scheme(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "redis-cluster://")):
+            raise ValueError(f"{value!r} must start with redis://, rediss:// or redis-cluster://")
+        return value
+
+    @property
+    def allowed_roots(self) -> list[Path]:
+        return [Path(p.strip()) for p in self.cache_allowed_roots.split(",") if p.strip()]

@@ -1,0 +1,101 @@
+"""The cache hydrator against real servers: nats-server, redis-server, versitygw (S3)."""
+
+from __future__ import annotations
+
+import pytest
+from cache_support import MIB, assert_consistent, stored_chunks, upload, write_dataset
+from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings, settled, spec, status
+
+from alnair_dataset import RedisTier, connect
+
+
+@pytest.fixture
+def tier_url(redis_node):
+    return redis_node().url
+
+
+def tier_of(url: str) -> RedisTier:
+    return RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+
+
+async def test_two_users_adding_the_same_s3_data_set_store_it_once(
+        bus, nats_server, tier_url, s3_server, tmp_path, monkeypatch):
+    files = write_dataset(tmp_path / "gen", files=5)
+    bucket = s3_server.make_bucket()
+    upload(s3_server.client(), bucket, "imagenet", files)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint)
+    logical = sum(len(d) for d in files.values())
+    async with running(s):
+        a = await settled(bus, "alice-imagenet", await add(bus, spec(
+            "alice-imagenet", f"s3://{bucket}/imagenet", owner="alice")))
+        b = await settled(bus, "bob-imagenet", await add(bus, spec(
+            "bob-imagenet", f"s3://{bucket}/imagenet/", owner="bob")))
+        for st in (a, b):
+            assert st.phase == PHASE.CACHE_PHASE_READY, st.message
+            assert (st.files_total, st.files_cached) == (5, 5)
+            assert st.total_bytes == st.cached_bytes == logical and st.progress == 1.0
+        assert b.unique_bytes == logical and b.dedup_saved_bytes == pytest.approx(logical / 2, abs=2)
+        tier = tier_of(tier_url)
+        assert tier.usage().stored_bytes == logical
+        assert all(refs == {"alice-imagenet", "bob-imagenet"} for refs in stored_chunks(tier).values())
+
+        await remove(bus, "alice-imagenet")
+        await _gone(bus, "alice-imagenet")
+        assert tier.usage().stored_bytes == logical  # bob still reads it
+        await remove(bus, "bob-imagenet")
+        await _gone(bus, "bob-imagenet")
+        assert tier.usage().stored_bytes == 0 and stored_chunks(tier) == {}
+
+
+async def _gone(bus, name):
+    from alnair_common.testing import wait_for
+
+    async def probe():
+        return await status(bus, name) is None
+
+    await wait_for(probe, timeout=10, what=f"{name} removed")
+
+
+async def test_bad_input_gets_a_clear_reason_and_the_service_keeps_running(
+        bus, nats_server, tier_url, s3_server, tmp_path, monkeypatch):
+    allowed = tmp_path / "data"
+    write_dataset(allowed / "good", files=2)
+    write_dataset(tmp_path / "private", files=1)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s = settings(nats_server.url, tier_url, tmp_path, cache_allowed_roots=str(allowed),
+                 cache_s3_endpoint_url=s3_server.endpoint, cache_budget_bytes=3 * MIB)
+    errors = await ErrorEvents.follow(bus)
+    async with running(s):
+        cases = {
+            "no-bucket": ("s3://no-such-bucket/x", "no-such-bucket", "does not exist"),
+            "outside": (f"file://{tmp_path}/private", "path-not-allowed", "outside the directories"),
+            "escape": (f"file://{allowed}/../private", "path-not-allowed", "outside the directories"),
+            "missing-dir": (f"file://{allowed}/none", "source-unreachable", "not a directory"),
+            "too-big": (f"file://{allowed}/good", "insufficient-capacity", "needs 4.0 MiB"),
+        }
+        for name, (source, reason, text) in cases.items():
+            st = await settled(bus, name, await add(bus, spec(name, source)))
+            assert (st.phase, st.reason) == (PHASE.CACHE_PHASE_FAILED, reason), st.message
+            assert text in st.message
+        assert tier_of(tier_url).usage().stored_bytes == 0  # nothing half-written kept
+
+        await add(bus, spec("bad name!", f"file://{allowed}/good"))
+        await errors.matching("'bad name!' is not valid")
+        await add(bus, spec("web", "http://example.com/data"))
+        await errors.matching("must be s3://bucket/prefix or file:///absolute/path")
+        await remove(bus, "never-added")
+        await errors.matching("no data set 'never-added' to remove")
+
+        small = write_dataset(allowed / "small", files=1, size=100_000)
+        ok = await settled(bus, "small", await add(bus, spec("small", f"file://{allowed}/small")))
+        assert ok.phase == PHASE.CACHE_PHASE_READY and ok.cached_bytes == len(next(iter(small.values())))
+        await add(bus, spec("small", f"file://{allowed}/good", owner="mallory"))
+        await errors.matching("data set 'small' already exists with other data")
+        again = await status(bus, "small")
+        assert again.phase == PHASE.CACHE_PHASE_READY and again.source == f"file://{allowed}/small"
+        assert_consistent(tier_of(tier_url))
