@@ -140,25 +140,18 @@ def bundle_nats(tmp_path: Path) -> Iterator[BundleNats]:
         process.wait(10)
 
 
-def server_info(port: int) -> tuple[socket.socket, dict]:
-    """A raw connection and the server's INFO (sent in plaintext before any TLS)."""
-    conn = socket.create_connection(("127.0.0.1", port), timeout=5)
-    line = b""
-    while not line.endswith(b"\r\n") and (chunk := conn.recv(1)):
-        line += chunk
-    if not line.startswith(b"INFO "):
-        conn.close()
-        raise AssertionError(f"expected the server's INFO, got {line!r}")
-    return conn, json.loads(line[5:])
-
-
-def tls_handshake(port: int, context: ssl.SSLContext, hostname: str) -> None:
-    """The handshake nats-py makes after INFO; raises ssl.SSLCertVerificationError on distrust."""
-    conn, info = server_info(port)
-    with conn:
+def tls_handshake(port: int, context: ssl.SSLContext, hostname: str) -> dict:
+    """TLS first, as the server wants it (handshake_first) and Bus.connect does it; the
+    server's INFO then comes inside TLS. Raises ssl.SSLCertVerificationError on distrust."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname=hostname) as conn:
+        line = b""
+        while not line.endswith(b"\r\n") and (chunk := conn.recv(1)):
+            line += chunk
+        assert line.startswith(b"INFO "), line
+        info = json.loads(line[5:])
         assert info.get("tls_required") and info.get("auth_required"), info
-        with context.wrap_socket(conn, server_hostname=hostname):
-            pass
+        return info
 
 
 def test_a_service_with_its_deployment_environment_connects_over_tls_and_becomes_ready(
@@ -199,19 +192,21 @@ async def test_a_client_without_credentials_is_refused(bundle_nats: BundleNats) 
 
 
 def test_a_plaintext_client_with_valid_credentials_gets_nothing(bundle_nats: BundleNats) -> None:
-    """A correctly signed CONNECT over plain TCP: the server answers neither PONG nor data."""
+    """Plain TCP gets not even the server's INFO (no nonce to sign), and a CONNECT sent blind
+    with a valid key is answered with nothing: the server waits for a TLS handshake."""
     pod = service_pod(bundle_nats, "Deployment", "alnair-scheduler")
     key = nkeys.from_seed(bytearray(pod.credentials.read_bytes().strip()))
-    conn, info = server_info(bundle_nats.port)
-    with conn:
-        assert info.get("tls_required") and "nonce" in info, info
-        sig = base64.urlsafe_b64encode(key.sign(info["nonce"].encode())).rstrip(b"=").decode()
+    with socket.create_connection(("127.0.0.1", bundle_nats.port), timeout=5) as conn:
+        sig = base64.urlsafe_b64encode(key.sign(b"guessed-nonce")).rstrip(b"=").decode()
         connect = {"nkey": key.public_key.decode(), "sig": sig, "verbose": False, "pedantic": False}
         conn.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
         reply = b""
-        while chunk := conn.recv(4096):
-            reply += chunk
-    assert reply == b"", f"the server answered a plaintext client: {reply!r}"
+        try:
+            while chunk := conn.recv(4096):
+                reply += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert b"INFO" not in reply and b"PONG" not in reply, f"the server answered plain text: {reply!r}"
     connz = read_json(f"http://127.0.0.1:{bundle_nats.monitor}/connz")
     assert connz["num_connections"] == 0
 
@@ -254,8 +249,10 @@ def test_a_service_that_does_not_trust_the_ca_never_becomes_ready(bundle_nats: B
         process = subprocess.Popen([str(Path(sys.executable).parent / "alnair-scheduler")], env=env,
                                    stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: process.poll() is not None or "CERTIFICATE_VERIFY_FAILED" in log.read_text(),
-                   timeout=30, what="the scheduler refusing the server's certificate")
+        # It gives up after its first connection's budget and exits (a pod restarts it),
+        # instead of hanging in the handshake until the startup probe gives up.
+        assert process.wait(60) != 0
+        assert "CERTIFICATE_VERIFY_FAILED" in log.read_text(), log.read_text()[-2000:]
         assert http_status(f"http://127.0.0.1:{health}/readyz") != 200
         connz = read_json(f"http://127.0.0.1:{bundle_nats.monitor}/connz")["connections"] or []
         assert not [c for c in connz if c.get("name") == "scheduler"], connz
@@ -263,7 +260,7 @@ def test_a_service_that_does_not_trust_the_ca_never_becomes_ready(bundle_nats: B
         process.terminate()
         try:
             process.wait(10)
-        except subprocess.TimeoutExpired:  # stuck in nats-py's connect (nats-io/nats.py#718)
+        except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
 

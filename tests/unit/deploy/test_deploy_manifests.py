@@ -160,7 +160,7 @@ def test_service_environment_is_valid_settings(service: str, monkeypatch: pytest
     for key, value in file_values.items():
         assert getattr(settings, key) == value, f"{service}: {key} from the config file not applied"
     assert settings.health_port == HEALTH_PORT and settings.health_host == "0.0.0.0"
-    assert settings.nats_servers == ["tls://alnair-nats:4222"] and settings.nats_token is None
+    assert settings.nats_servers == ["tls://alnair-nats:4222"]
     assert settings.nats_credentials == Path(BUS_MOUNT, "seed") and settings.nats_tls_ca == Path(BUS_MOUNT, "ca.crt")
     assert settings.node_name == "gpu-node-1"
 

@@ -27,19 +27,23 @@ class BusTarget:
 
     url: str
     credentials: Path | None
+    tls_ca: Path | None = None
 
     @classmethod
     def find(cls, data_dir: Path, url: str) -> BusTarget:
-        """``ALNAIR_NATS_CREDENTIALS`` if set, else the platform's ``cli`` seed if it exists."""
+        """``ALNAIR_NATS_CREDENTIALS`` if set, else the platform's ``cli`` seed if it exists;
+        ``ALNAIR_NATS_TLS_CA`` for a cluster's bus (``tls://``, see k8s/README.md)."""
+        ca = os.environ.get("ALNAIR_NATS_TLS_CA")
+        tls_ca = Path(ca) if ca else None
         given = os.environ.get("ALNAIR_NATS_CREDENTIALS")
         if given:
-            return cls(url, Path(given))
+            return cls(url, Path(given), tls_ca)
         seed = bus_credentials(data_dir).seed_file("cli")
-        return cls(url, seed if seed.exists() else None)
+        return cls(url, seed if seed.exists() else None, tls_ca)
 
     async def connect(self) -> Bus:
         return await Bus.connect(self.url, service="cli", credentials=self.credentials,
-                                 first_connect_attempts=2)
+                                 tls_ca=self.tls_ca, first_connect_attempts=2)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALNAIR_", extra="forbid", frozen=True)
 
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server(s), comma-separated")
-    nats_token: str | None = Field(None, description="NATS auth token, if the server wants one")
     nats_credentials: Path | None = Field(
         None, description="NKey seed file of this service's bus identity (its role's own)")
     nats_tls_ca: Path | None = Field(None, description="CA bundle that signed the NATS server's "

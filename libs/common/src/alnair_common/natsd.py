@@ -61,7 +61,6 @@ class NatsServer:
     store_dir: Path
     port: int = 4222
     host: str = "127.0.0.1"
-    token: str | None = None
     log_file: Path | None = None
     # Extra server configuration (e.g. ``BusCredentials.server_config()``'s authorization),
     # written to a private file beside the store and passed with ``-c``.
@@ -75,8 +74,6 @@ class NatsServer:
     def command(self) -> list[str]:
         cmd = [str(nats_server_binary()), "-a", self.host, "-p", str(self.port), "-js",
                "-sd", str(self.store_dir), "--server_name", f"alnair-{self.port}"]
-        if self.token:
-            cmd += ["--auth", self.token]
         if self.config is not None:
             cmd += ["-c", str(self.config_file)]
         return cmd

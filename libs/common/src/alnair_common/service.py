@@ -73,7 +73,7 @@ class Service:
     async def run(self) -> None:
         """Run until :meth:`request_stop` (or a signal, via :func:`run_service`)."""
         s = self.settings
-        self.bus = await Bus.connect(s.nats_servers, service=self.name, token=s.nats_token,
+        self.bus = await Bus.connect(s.nats_servers, service=self.name,
                                      credentials=s.nats_credentials, tls_ca=s.nats_tls_ca)
         self.health.checks["nats"] = self._check_nats
         try:

@@ -52,6 +52,9 @@ def _auth_options(credentials: Path | None, role: str | None, tls_ca: Path | Non
         options = {"nkeys_seed": str(credentials), "inbox_prefix": inbox_prefix(role)}
     if tls_ca is not None:
         options["tls"] = ssl.create_default_context(cafile=str(tls_ca))
+        # TLS before any NATS byte: a plain-text impostor on the network gets nothing, and
+        # nats-py would otherwise fall back to plain text with a server that offers no TLS.
+        options["tls_handshake_first"] = True
     return options
 
 
@@ -75,7 +78,6 @@ class Bus:
         servers: list[str] | str,
         *,
         service: str,
-        token: str | None = None,
         credentials: Path | None = None,
         role: str | None = None,
         tls_ca: Path | None = None,
@@ -113,11 +115,13 @@ class Bus:
 
         bus_ref: list[Bus] = []
         refused: list[str] = []  # the server said no to these credentials
+        # nats-py can hang in a TLS handshake that fails (e.g. a CA that does not match):
+        # the first connection gets a budget of its own attempts, then it is an outage.
+        budget = first_connect_attempts * (connect_timeout + 0.5) + connect_timeout + 1.0
         try:
-            nc = await nats.connect(
+            nc = await asyncio.wait_for(nats.connect(
                 servers=servers,
                 name=service,
-                token=token,
                 connect_timeout=connect_timeout,
                 **auth,  # type: ignore[arg-type]
                 reconnect_time_wait=0.5,
@@ -127,8 +131,8 @@ class Bus:
                 error_cb=_on_error,
                 disconnected_cb=_on_disconnect,
                 reconnected_cb=_on_reconnect,
-            )
-        except (TimeoutError, OSError, nats.errors.Error) as e:
+            ), budget)
+        except (TimeoutError, OSError, ssl.SSLError, nats.errors.Error) as e:
             if refused or "Authorization Violation" in str(e):
                 who = f"the {role} credentials {credentials}" if credentials else "no credentials"
                 raise PermissionDeniedError(
