@@ -53,31 +53,55 @@ void ci_sleep_ns(uint64_t ns);
 
 /* ---- ci_limits.c --------------------------------------------------------- */
 
+/* Container mode: the fixed limits file exists (mounted read-only by the device plugin);
+ * it alone names the limits and the workspace. Local mode: no fixed file; the workspace
+ * comes from ALNAIR_WORKSPACE (a developer setting, see the README). */
+#define CI_LIMITS_MODE_LOCAL 0u
+#define CI_LIMITS_MODE_CONTAINER 1u
+
 struct ci_limits {
     uint64_t memory_bytes;     /* per GPU; CI_REGION_UNLIMITED = no limit */
     uint32_t compute_percent;  /* 1..100; 100 = no limit */
     uint32_t source;           /* CI_LIMITS_SOURCE_* */
+    uint32_t mode;             /* CI_LIMITS_MODE_* */
     char workload_id[CI_REGION_WORKLOAD_ID_BYTES];
     char workspace[1024];      /* "" = no workspace: process-private region */
 };
 
+/* The fixed limits file of container mode: a compile-time constant, never taken from the
+ * environment. Test builds define it to a path in their build directory. */
+const char *ci_limits_fixed_path(void);
 /* Parses "123", "8Gi", "512M" ... (K/M/G/T and Ki/Mi/Gi/Ti are binary) into
  * bytes. Returns 0 on success, -1 on anything else (empty, sign, junk, overflow). */
 int ci_limits_parse_bytes(const char *text, uint64_t *out);
 /* Parses an integer percent 1..100. Returns 0 on success, -1 otherwise. */
 int ci_limits_parse_percent(const char *text, uint32_t *out);
-/* Fills *out from the limits file in $ALNAIR_WORKSPACE (which wins when it
- * exists) or else from the environment. Invalid values print one stderr line
- * each and take the strictest value (0 bytes, 1 %), never "unlimited". */
+/* Fills *out: from the fixed file when it exists (container mode), else from the limits
+ * file in $ALNAIR_WORKSPACE (local mode); then the environment's limit variables, which
+ * can only tighten. Invalid values print one stderr line each and take the strictest
+ * value (0 bytes, 1 %), never "unlimited". */
 void ci_limits_load(struct ci_limits *out);
 
 /* ---- ci_region.c --------------------------------------------------------- */
 
-/* Maps the workload region (creating and initialising it under flock when new
- * or of another layout version) or, without a workspace or on any error, a
- * process-private anonymous region. Never fails. Not thread-safe: call once. */
+/* Maps the workload region or, without a workspace or on any error, a process-private
+ * anonymous one. Local mode creates the file when missing and (re)initialises it under
+ * flock when new or of another layout version; container mode never creates it (the
+ * device plugin did, in a workspace the tenant cannot write) and, when it cannot be used,
+ * sets this process's memory limit to 0 (refuse) rather than fall back to per-process
+ * limits. Keeps the file open: the ledger (ci_ledger.c) locks it. Never fails. Not
+ * thread-safe: call once. */
 void ci_region_open(const struct ci_limits *limits);
 struct ci_region *ci_region_get(void);
+/* True when the region is the workspace's shared file (not a private mapping). */
+bool ci_region_is_shared(void);
+/* Descriptor of the shared region file for the ledger's locks; -1 when there is none or
+ * when the descriptor no longer refers to the mapped file (the application closed it). */
+int ci_region_file(void);
+/* Forked child: maps the region again through a descriptor of its own (so that the
+ * parent's ledger locks, which live as long as any mapping of the parent's open file,
+ * end with the parent). On failure the child has no region file (ci_region_file -1). */
+void ci_region_after_fork_child(void);
 /* Takes the robust region mutex. Returns 0 when held (recovering the state of
  * a holder that died), -1 when the mutex is unusable (caller goes on unlocked). */
 int ci_region_lock(void);
@@ -87,17 +111,45 @@ void ci_region_unlock(void);
 int ci_region_attach(void);
 /* Frees slot `slot` if it still belongs to this process. Takes the lock. */
 void ci_region_detach(int slot);
+/* Puts back this process's identity in `slot` (state, pid, start time) when something
+ * else wrote it, unless another live process now holds the slot. Returns 0 when the slot
+ * is this process's, -1 when it is not (publishing skips this period; a slot taken by
+ * another process is reclaimed once that process is gone) or was retired by
+ * ci_region_detach. Takes no lock (monitor thread). */
+int ci_region_heal_slot(int slot);
 /* With the lock held: frees slots of processes that no longer exist. Returns
  * how many were reaped. */
 int ci_region_reap_locked(void);
-/* With the lock held: bytes accounted on `dev` over all active slots. */
-uint64_t ci_region_used_locked(int dev);
 /* Start time (clock ticks since boot) of pid, 0 when it does not exist. */
 uint64_t ci_region_proc_start_ticks(pid_t pid);
 /* Effective limits: the stricter of this process's (as handed to
  * ci_region_open) and the region header's. */
 uint64_t ci_region_memory_limit(void);
 uint32_t ci_region_compute_percent(void);
+
+/* ---- ci_ledger.c --------------------------------------------------------- */
+
+/* The workload's memory ledger: what each process holds per GPU, kept as record locks
+ * on the region file (the kernel's, not the region's bytes: see ci_ledger.c). */
+/* Joins the ledger (claims an index). Without a shared region: a private ledger (the
+ * limit holds per process) in local mode, a refusing one in container mode. Called once
+ * per process image and again in a forked child. */
+void ci_ledger_open(bool container_mode);
+/* Reserves `bytes` on `dev` when the workload (every process of the ledger) stays within
+ * `limit`; publishes this process's usage into `rec` (may be NULL). Returns 0 when
+ * reserved, -1 when refused. */
+int ci_ledger_reserve(int dev, uint64_t bytes, uint64_t limit, struct ci_region_device *rec);
+/* Returns `bytes` on `dev` (a free or a failed allocation); publishes into `rec`. */
+void ci_ledger_release(int dev, uint64_t bytes, struct ci_region_device *rec);
+/* Bytes the whole workload holds on `dev` (this process exactly, the others as locked). */
+uint64_t ci_ledger_workload_used(int dev);
+/* Rewrites this process's usage into its slot (the region's copy is for readers only and
+ * anyone can overwrite it). Skipped when a reservation is in progress. */
+void ci_ledger_publish(struct ci_region_slot *slot);
+void ci_ledger_lock_for_fork(void);
+void ci_ledger_unlock_after_fork(void);
+/* Forked child: its own usage is zero, its index and descriptor are its parent's. */
+void ci_ledger_after_fork_child(void);
 
 /* ---- ci_runtime.c -------------------------------------------------------- */
 
@@ -279,5 +331,8 @@ void ci_monitor_start(void);
 void ci_monitor_after_fork_child(void);
 /* Writes this process's counters into its slot now (also done every ~10 ms). */
 void ci_monitor_publish(void);
+/* Final publish and ci_region_detach of `slot`, with no monitor publish in between or
+ * after (which would put the retired slot's identity or memory back). */
+void ci_monitor_retire(int slot);
 
 #endif /* CI_INTERNAL_H */

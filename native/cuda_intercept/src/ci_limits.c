@@ -1,19 +1,30 @@
 /*
- * ci_limits.c — where the workload's limits come from.
+ * ci_limits.c — where the workload's limits come from, and what a tenant can change of them.
  *
- * Sources, strongest first:
- *   1. the limits file "$ALNAIR_WORKSPACE/limits", written by the device plugin
- *      or the local agent. When it exists it is the ONLY source: a tenant cannot
- *      loosen its limits by editing its own environment. A key it omits means
- *      "no limit" for that resource.
- *   2. the environment: ALNAIR_VGPU_MEMORY_BYTES, ALNAIR_VGPU_COMPUTE_PERCENT,
- *      ALNAIR_WORKLOAD_ID (an empty variable counts as unset).
+ * The tenant controls its own environment and whatever files it can write, so neither may
+ * loosen a limit. Two modes, told apart by the FIXED limits file, CI_LIMITS_PATH
+ * ("/etc/alnair/limits"; a compile-time constant, never read from the environment; only
+ * a test build defines another path, inside its build directory):
+ *
+ *   container mode — the fixed file exists. The device plugin bind-mounts it read-only,
+ *     so the tenant can neither write it nor make the interceptor read another one. It
+ *     names the limits AND the workspace (key `workspace`, default CI_LIMITS_WORKSPACE):
+ *     ALNAIR_WORKSPACE and any `limits` file inside the workspace are ignored.
+ *   local mode — no fixed file. ALNAIR_WORKSPACE (set by the local agent: a developer
+ *     setting, since a local workload runs as the platform's own user and could rewrite
+ *     anything the agent wrote) names the workspace; its `limits` file is read when present.
+ *
+ * In both, ALNAIR_VGPU_MEMORY_BYTES and ALNAIR_VGPU_COMPUTE_PERCENT can only TIGHTEN: the
+ * result is the smaller of the file's and the variable's; an unset or empty variable
+ * changes nothing, so no variable can remove a limit the file sets.
  *
  * Limits file format (one key=value per line, '#' starts a comment, blanks
  * around keys and values ignored):
  *     memory_bytes = 8Gi        # per GPU; bytes, or K/M/G/T (binary) suffixes
  *     compute_percent = 30      # 1..100 of one GPU's SMs
  *     workload_id = default/train-0/main
+ *     workspace = /var/run/alnair   # container mode only: where the region is mounted
+ * A key the file omits means "no limit" for that resource.
  *
  * Invalid values print one line on stderr and take the strictest meaning:
  * memory 0 bytes (every allocation fails), compute 1 %. Never "unlimited".
@@ -27,8 +38,18 @@
 
 #include "ci_internal.h"
 
+#ifndef CI_LIMITS_PATH
+#define CI_LIMITS_PATH "/etc/alnair/limits"
+#endif
+/* Container mode's workspace when the fixed file does not name one. */
+#define CI_LIMITS_WORKSPACE "/var/run/alnair"
 #define CI_LIMITS_FILE_NAME "limits"
 #define CI_LIMITS_FILE_MAX 8192
+
+const char *ci_limits_fixed_path(void)
+{
+    return CI_LIMITS_PATH;
+}
 
 /* Skips ASCII blanks. */
 static const char *ci_limits_skip_blank(const char *s)
@@ -144,8 +165,22 @@ static void ci_limits_rtrim(char *s)
         s[--n] = '\0';
 }
 
-/* Parses the file contents in `buf` (modified in place). */
-static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *path)
+/* Applies the fixed file's `workspace`: an absolute path, else no workspace (which in
+ * container mode refuses allocations: see ci_region_open). */
+static void ci_limits_set_workspace(struct ci_limits *l, const char *value, const char *path)
+{
+    if (value[0] == '/' && strlen(value) < sizeof l->workspace) {
+        snprintf(l->workspace, sizeof l->workspace, "%s", value);
+        return;
+    }
+    ci_log("invalid workspace in %s: \"%s\" (an absolute path of at most %zu bytes); "
+           "refusing all GPU memory allocations", path, value, sizeof l->workspace - 1);
+    l->workspace[0] = '\0';
+}
+
+/* Parses the file contents in `buf` (modified in place). `fixed`: the container mode's
+ * file, the only one whose `workspace` counts (a workspace cannot name itself). */
+static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *path, bool fixed)
 {
     char *save = NULL;
     int lineno = 0;
@@ -175,22 +210,21 @@ static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *pat
             ci_limits_set_compute(l, value, origin);
         else if (strcmp(key, "workload_id") == 0)
             ci_limits_set_workload(l, value);
-        else
+        else if (strcmp(key, "workspace") == 0) {
+            if (fixed)
+                ci_limits_set_workspace(l, value, path);
+        } else
             ci_log("%s:%d: ignoring unknown key \"%s\"", path, lineno, key);
     }
 }
 
-/* Reads the limits file. Returns 1 when it exists (and was applied), 0 when
+/* Reads the limits file at `path`. Returns 1 when it exists (and was applied), 0 when
  * absent. An existing but unreadable file is treated as "everything invalid". */
-static int ci_limits_read_file(struct ci_limits *l)
+static int ci_limits_read_file(struct ci_limits *l, const char *path, bool fixed)
 {
-    if (l->workspace[0] == '\0')
-        return 0;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/%s", l->workspace, CI_LIMITS_FILE_NAME);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT)
+        if (errno == ENOENT || errno == ENOTDIR)
             return 0;
         ci_log("cannot read limits file %s (%s): using the strictest limits", path,
                strerror(errno));
@@ -212,8 +246,45 @@ static int ci_limits_read_file(struct ci_limits *l)
     }
     close(fd);
     buf[len] = '\0';
-    ci_limits_parse_file(l, buf, path);
+    ci_limits_parse_file(l, buf, path, fixed);
     return 1;
+}
+
+/* Tightens *l with the environment's limit variables: the smaller value wins; an
+ * invalid variable is the strictest value (which is never looser than the file). */
+static void ci_limits_tighten_from_env(struct ci_limits *l)
+{
+    const char *mem = getenv("ALNAIR_VGPU_MEMORY_BYTES");
+    const char *cpu = getenv("ALNAIR_VGPU_COMPUTE_PERCENT");
+    struct ci_limits env = {.memory_bytes = CI_REGION_UNLIMITED, .compute_percent = 100};
+    bool given = false;
+    if (mem != NULL && mem[0] != '\0') {
+        ci_limits_set_memory(&env, mem, "ALNAIR_VGPU_MEMORY_BYTES");
+        given = true;
+    }
+    if (cpu != NULL && cpu[0] != '\0') {
+        ci_limits_set_compute(&env, cpu, "ALNAIR_VGPU_COMPUTE_PERCENT");
+        given = true;
+    }
+    if (env.memory_bytes < l->memory_bytes)
+        l->memory_bytes = env.memory_bytes;
+    if (env.compute_percent < l->compute_percent)
+        l->compute_percent = env.compute_percent;
+    if (given && l->source == CI_LIMITS_SOURCE_NONE)
+        l->source = CI_LIMITS_SOURCE_ENV;
+}
+
+/* Container mode: the fixed file names the workspace; the tenant's variable is only
+ * noted. A fixed file this process could write is no protection: say so once. */
+static void ci_limits_load_container(struct ci_limits *out, const char *path)
+{
+    const char *ws = getenv("ALNAIR_WORKSPACE");
+    if (ws != NULL && ws[0] != '\0' && strcmp(ws, out->workspace) != 0)
+        ci_debug("container mode: ignoring ALNAIR_WORKSPACE=%s (the workspace is %s)", ws,
+                 out->workspace);
+    if (faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0)
+        ci_log("the fixed limits file %s is writable by this process: its limits are not "
+               "protected from the workload (the device plugin mounts it read-only)", path);
 }
 
 void ci_limits_load(struct ci_limits *out)
@@ -222,31 +293,33 @@ void ci_limits_load(struct ci_limits *out)
     out->memory_bytes = CI_REGION_UNLIMITED;
     out->compute_percent = 100;
     out->source = CI_LIMITS_SOURCE_NONE;
+    out->mode = CI_LIMITS_MODE_LOCAL;
 
-    const char *ws = getenv("ALNAIR_WORKSPACE");
-    if (ws != NULL && ws[0] != '\0') {
-        if (strlen(ws) >= sizeof out->workspace)
-            ci_log("ALNAIR_WORKSPACE is longer than %zu bytes; ignoring it",
-                   sizeof out->workspace - 1);
-        else
-            snprintf(out->workspace, sizeof out->workspace, "%s", ws);
-    }
     const char *id = getenv("ALNAIR_WORKLOAD_ID");
     if (id != NULL)
         ci_limits_set_workload(out, id);
 
-    if (ci_limits_read_file(out)) {
+    snprintf(out->workspace, sizeof out->workspace, "%s", CI_LIMITS_WORKSPACE);
+    if (ci_limits_read_file(out, CI_LIMITS_PATH, true)) {
+        out->mode = CI_LIMITS_MODE_CONTAINER;
         out->source = CI_LIMITS_SOURCE_FILE;
-        return;
+        ci_limits_load_container(out, CI_LIMITS_PATH);
+    } else {
+        out->workspace[0] = '\0';
+        const char *ws = getenv("ALNAIR_WORKSPACE");
+        if (ws != NULL && ws[0] != '\0') {
+            if (strlen(ws) + sizeof CI_LIMITS_FILE_NAME + 1 > sizeof out->workspace)
+                ci_log("ALNAIR_WORKSPACE is longer than %zu bytes; ignoring it",
+                       sizeof out->workspace - sizeof CI_LIMITS_FILE_NAME - 2);
+            else
+                snprintf(out->workspace, sizeof out->workspace, "%s", ws);
+        }
+        if (out->workspace[0] != '\0') {
+            char path[sizeof out->workspace + sizeof CI_LIMITS_FILE_NAME + 1];
+            snprintf(path, sizeof path, "%s/%s", out->workspace, CI_LIMITS_FILE_NAME);
+            if (ci_limits_read_file(out, path, false))
+                out->source = CI_LIMITS_SOURCE_FILE;
+        }
     }
-    const char *mem = getenv("ALNAIR_VGPU_MEMORY_BYTES");
-    const char *cpu = getenv("ALNAIR_VGPU_COMPUTE_PERCENT");
-    if (mem != NULL && mem[0] != '\0') {
-        ci_limits_set_memory(out, mem, "ALNAIR_VGPU_MEMORY_BYTES");
-        out->source = CI_LIMITS_SOURCE_ENV;
-    }
-    if (cpu != NULL && cpu[0] != '\0') {
-        ci_limits_set_compute(out, cpu, "ALNAIR_VGPU_COMPUTE_PERCENT");
-        out->source = CI_LIMITS_SOURCE_ENV;
-    }
+    ci_limits_tighten_from_env(out);
 }

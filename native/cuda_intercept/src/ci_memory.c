@@ -1,12 +1,13 @@
 /*
  * ci_memory.c — the hard GPU memory limit.
  *
- * Every allocation first RESERVES its size in this process's slot under the
- * region lock (refused when the workload's total would pass the limit), then
- * calls the driver without any lock held, then either records the allocation
- * (so the free returns exactly that amount) or returns the reservation. A
- * refusal is CUDA_ERROR_OUT_OF_MEMORY and nothing else happens: the process
- * goes on, and PyTorch raises a catchable OutOfMemoryError.
+ * Every allocation first RESERVES its size in the workload's ledger (ci_ledger.c: refused
+ * when the total of all the workload's processes would pass the limit; kept in kernel
+ * record locks, so nothing the tenant writes into the region changes it), then calls the
+ * driver without any lock held, then either records the allocation (so the free returns
+ * exactly that amount) or returns the reservation. A refusal is CUDA_ERROR_OUT_OF_MEMORY
+ * and nothing else happens: the process goes on, and PyTorch raises a catchable
+ * OutOfMemoryError.
  *
  * Counted: cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch * height, known after the
  * call), cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate
@@ -36,32 +37,19 @@ static int ci_memory_clamp_dev(int dev)
     return (dev >= 0 && dev < CI_MAX_DEVICES) ? dev : 0;
 }
 
+/* This process's record of `dev` in its region slot, NULL when it has no slot. */
+static struct ci_region_device *ci_memory_record(int dev)
+{
+    int slot = ci_runtime_slot();
+    return slot < 0 ? NULL : &ci_region_get()->slots[slot].dev[dev];
+}
+
 int ci_memory_reserve(int dev, uint64_t bytes)
 {
     dev = ci_memory_clamp_dev(dev);
-    int slot = ci_runtime_slot();
+    struct ci_region_device *rec = ci_memory_record(dev);
     uint64_t limit = ci_region_memory_limit();
-    struct ci_region *r = ci_region_get();
-    int locked = ci_region_lock();
-    int rc = 0;
-    if (limit != CI_REGION_UNLIMITED) {
-        uint64_t used = ci_region_used_locked(dev);
-        bool over = bytes > limit || used > limit - bytes;
-        if (over && locked == 0 && ci_region_reap_locked() > 0) {
-            used = ci_region_used_locked(dev);
-            over = bytes > limit || used > limit - bytes;
-        }
-        if (over)
-            rc = -1;
-    }
-    if (rc == 0 && slot >= 0) {
-        struct ci_region_device *d = &r->slots[slot].dev[dev];
-        uint64_t now = __atomic_add_fetch(&d->memory_used_bytes, bytes, __ATOMIC_RELAXED);
-        if (now > d->memory_peak_bytes)
-            __atomic_store_n(&d->memory_peak_bytes, now, __ATOMIC_RELAXED);
-    }
-    if (locked == 0)
-        ci_region_unlock();
+    int rc = ci_ledger_reserve(dev, bytes, limit, rec);
     if (rc != 0) {
         atomic_fetch_add_explicit(&ci_counters[dev].alloc_denied, 1, memory_order_relaxed);
         ci_debug("refusing %llu bytes on device %d: limit %llu", (unsigned long long)bytes, dev,
@@ -73,20 +61,12 @@ int ci_memory_reserve(int dev, uint64_t bytes)
 void ci_memory_release(int dev, uint64_t bytes)
 {
     dev = ci_memory_clamp_dev(dev);
-    int slot = ci_runtime_slot();
-    if (slot < 0)
-        return;
-    struct ci_region_device *d = &ci_region_get()->slots[slot].dev[dev];
-    int locked = ci_region_lock();
-    uint64_t cur = __atomic_load_n(&d->memory_used_bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->memory_used_bytes, cur > bytes ? cur - bytes : 0, __ATOMIC_RELAXED);
-    if (locked == 0)
-        ci_region_unlock();
+    ci_ledger_release(dev, bytes, ci_memory_record(dev));
 }
 
 uint64_t ci_memory_workload_used(int dev)
 {
-    return ci_region_used_locked(ci_memory_clamp_dev(dev));
+    return ci_ledger_workload_used(ci_memory_clamp_dev(dev));
 }
 
 /* Records a successful allocation; counts it. */

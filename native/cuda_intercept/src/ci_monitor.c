@@ -2,7 +2,8 @@
  * ci_monitor.c — the per-process monitor thread.
  *
  * Every CI_MONITOR_TICK_NS (10 ms) it copies this process's counters into its
- * region slot (under the slot's seqlock) and records (time, tokens spent,
+ * region slot (under the slot's seqlock; the slot's identity and memory in use are
+ * rewritten too, since anything of the workload can overwrite them) and records (time, tokens spent,
  * time throttled) per device. Every CI_MONITOR_CONTROL_TICKS ticks it asks
  * NVML for the workload's new utilisation samples and, for a compute limit
  * below 100 %, feeds the controller with the utilisation and the tokens this
@@ -66,16 +67,17 @@ static pthread_mutex_t ci_monitor_publish_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ci_monitor_dev ci_monitor_devs[CI_MAX_DEVICES];
 static _Atomic uint32_t ci_monitor_util[CI_MAX_DEVICES];
 
-void ci_monitor_publish(void)
+/* Publishes into `slot` (publish lock held): the slot's identity and memory in use are
+ * put back first, since anything of the workload can overwrite them. */
+static void ci_monitor_publish_locked(int slot)
 {
-    int slot = atomic_load_explicit(&ci_state.slot, memory_order_relaxed);
     struct ci_region *r = ci_region_get();
-    if (slot < 0 || r == NULL)
+    if (slot < 0 || r == NULL || ci_region_heal_slot(slot) != 0)
         return;
     struct ci_region_slot *s = &r->slots[slot];
+    ci_ledger_publish(s);
     struct ci_signature_snapshot sig;
     ci_signature_snapshot(&sig);
-    pthread_mutex_lock(&ci_monitor_publish_lock);
     uint32_t seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, seq | 1u, __ATOMIC_RELAXED);
     /* Every field store below is a release store, so none of them can become
@@ -104,6 +106,20 @@ void ci_monitor_publish(void)
     __atomic_store_n(&s->iterations, sig.iterations, __ATOMIC_RELEASE);
     __atomic_store_n(&s->updated_unix_ns, ci_unix_ns(), __ATOMIC_RELEASE);
     __atomic_store_n(&s->seq, (seq | 1u) + 1u, __ATOMIC_RELEASE);
+}
+
+void ci_monitor_publish(void)
+{
+    pthread_mutex_lock(&ci_monitor_publish_lock);
+    ci_monitor_publish_locked(atomic_load_explicit(&ci_state.slot, memory_order_relaxed));
+    pthread_mutex_unlock(&ci_monitor_publish_lock);
+}
+
+void ci_monitor_retire(int slot)
+{
+    pthread_mutex_lock(&ci_monitor_publish_lock);
+    ci_monitor_publish_locked(slot);
+    ci_region_detach(slot);
     pthread_mutex_unlock(&ci_monitor_publish_lock);
 }
 

@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ci_internal.h"
 
@@ -75,20 +76,23 @@ int ci_nvml_cuda_index(nvmlDevice_t handle)
     return -1;
 }
 
-/* Collects the pids of the workload's live processes from the region. */
+/* Collects the pids of the workload's live processes: this one, whatever its slot says,
+ * and the others from the region. */
 static int ci_nvml_workload_pids(unsigned int *pids)
 {
     const struct ci_region *r = ci_region_get();
+    unsigned int self = (unsigned int)getpid();
     int n = 0;
+    pids[n++] = self;
     for (int i = 0; i < CI_REGION_MAX_SLOTS && n + 2 <= CI_NVML_MAX_PIDS; i++) {
         const struct ci_region_slot *s = &r->slots[i];
         if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != CI_SLOT_ACTIVE)
             continue;
         int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
         int32_t host = __atomic_load_n(&s->host_pid, __ATOMIC_RELAXED);
-        if (pid > 0)
+        if (pid > 0 && (unsigned)pid != self)
             pids[n++] = (unsigned)pid;
-        if (host > 0 && host != pid)
+        if (host > 0 && host != pid && (unsigned)host != self)
             pids[n++] = (unsigned)host;
     }
     return n;

@@ -9,8 +9,17 @@
  * slot and marks the mutex consistent. The critical sections are short, touch
  * only the region, and never call the driver.
  *
- * Without a workspace (or when the file cannot be used) the region is an
- * anonymous private mapping: limits then hold per process.
+ * The region is the workload's published state, not its ledger: every process of the
+ * workload must write it, so a tenant can write anything into it. Nothing read from it can
+ * loosen a limit: the header's limits only ever tighten a process's own, the memory that
+ * processes hold is accounted by ci_ledger.c (kernel record locks on this file), and each
+ * process rewrites its own slot every monitor period (ci_region_heal_slot, ci_ledger_publish).
+ *
+ * Local mode: without a workspace (or when the file cannot be used) the region is an
+ * anonymous private mapping and limits hold per process. Container mode: the device
+ * plugin created the (empty) file in a workspace mounted read-only with the file itself
+ * bind-mounted read-write, so it cannot be deleted or replaced; the interceptor never
+ * creates it, and when it cannot use it the process's memory limit becomes 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +38,15 @@ _Static_assert(sizeof(pthread_mutex_t) <= CI_REGION_LOCK_BYTES, "mutex fits the 
 
 static struct ci_region *ci_region_map;
 static bool ci_region_shared;
+/* The shared file, kept open for the ledger's locks, and what it must still refer to. */
+static int ci_region_fd = -1;
+static dev_t ci_region_dev;
+static ino_t ci_region_ino;
+static char ci_region_path[1100];
+/* This process's identity as written into its slot (ci_region_heal_slot restores it). */
+static uint64_t ci_region_own_start;
+static _Atomic int ci_region_slot_lost;    /* another live process holds our slot (logged) */
+static _Atomic int ci_region_slot_retired; /* detached: never healed again */
 /* This process's own limits (from ci_region_open), tightened by the header's. */
 static uint64_t ci_region_own_memory;
 static uint32_t ci_region_own_compute;
@@ -74,30 +92,34 @@ static bool ci_region_valid(const struct ci_region *r)
            h->max_slots == CI_REGION_MAX_SLOTS && h->max_devices == CI_REGION_MAX_DEVICES;
 }
 
-/* Maps the workspace file; returns NULL (with one message) on any failure. */
-static struct ci_region *ci_region_map_file(const struct ci_limits *l)
+/* Maps the workspace file, creating it only when `create`; returns NULL (with one
+ * message, `consequence` saying what follows) on any failure. Keeps the descriptor. */
+static struct ci_region *ci_region_map_file(const struct ci_limits *l, bool create,
+                                            const char *consequence)
 {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/%s", l->workspace, CI_REGION_FILE_NAME);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+    char *path = ci_region_path;
+    snprintf(path, sizeof ci_region_path, "%s/%s", l->workspace, CI_REGION_FILE_NAME);
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0660);
     if (fd < 0) {
-        ci_log("cannot open region %s (%s); limits apply per process", path, strerror(errno));
+        ci_log("cannot open region %s (%s); %s", path, strerror(errno), consequence);
         return NULL;
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
     }
     struct ci_region *r = NULL;
     struct stat st;
-    if (fstat(fd, &st) != 0)
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ci_log("region %s is not a regular file; %s", path, consequence);
         goto out;
+    }
     bool fresh = (size_t)st.st_size < sizeof(struct ci_region);
     if (fresh && ftruncate(fd, sizeof(struct ci_region)) != 0) {
-        ci_log("cannot size region %s (%s); limits apply per process", path, strerror(errno));
+        ci_log("cannot size region %s (%s); %s", path, strerror(errno), consequence);
         goto out;
     }
     void *p = mmap(NULL, sizeof(struct ci_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        ci_log("cannot map region %s (%s); limits apply per process", path, strerror(errno));
+        ci_log("cannot map region %s (%s); %s", path, strerror(errno), consequence);
         goto out;
     }
     r = p;
@@ -107,9 +129,14 @@ static struct ci_region *ci_region_map_file(const struct ci_limits *l)
                    r->header.layout_version);
         ci_region_init_header(r, l);
     }
+    ci_region_dev = st.st_dev;
+    ci_region_ino = st.st_ino;
 out:
     flock(fd, LOCK_UN);
-    close(fd);
+    if (r == NULL)
+        close(fd);
+    else
+        ci_region_fd = fd;
     return r;
 }
 
@@ -117,10 +144,15 @@ void ci_region_open(const struct ci_limits *limits)
 {
     ci_region_own_memory = limits->memory_bytes;
     ci_region_own_compute = limits->compute_percent;
+    bool container = limits->mode == CI_LIMITS_MODE_CONTAINER;
+    const char *consequence = container ? "container mode: refusing all GPU memory allocations"
+                                        : "limits apply per process";
     struct ci_region *r = NULL;
     if (limits->workspace[0] != '\0')
-        r = ci_region_map_file(limits);
+        r = ci_region_map_file(limits, !container, consequence);
     ci_region_shared = r != NULL;
+    if (r == NULL && container)
+        ci_region_own_memory = 0;
     if (r == NULL) {
         void *p = mmap(NULL, sizeof(struct ci_region), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -133,6 +165,42 @@ void ci_region_open(const struct ci_limits *limits)
         ci_region_init_header(r, limits);
     }
     ci_region_map = r;
+}
+
+bool ci_region_is_shared(void)
+{
+    return ci_region_shared;
+}
+
+int ci_region_file(void)
+{
+    struct stat st;
+    if (ci_region_fd < 0 || fstat(ci_region_fd, &st) != 0 || st.st_dev != ci_region_dev ||
+        st.st_ino != ci_region_ino)
+        return -1;
+    return ci_region_fd;
+}
+
+void ci_region_after_fork_child(void)
+{
+    if (!ci_region_shared)
+        return;
+    int inherited = ci_region_fd;
+    ci_region_fd = -1;
+    int fd = open(ci_region_path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == ci_region_dev &&
+        st.st_ino == ci_region_ino &&
+        mmap(ci_region_map, sizeof(struct ci_region), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+        ci_region_fd = fd;
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    if (inherited >= 0)
+        close(inherited);
+    atomic_store(&ci_region_slot_lost, 0);
+    atomic_store(&ci_region_slot_retired, 0);
 }
 
 struct ci_region *ci_region_get(void)
@@ -248,17 +316,6 @@ void ci_region_unlock(void)
     pthread_mutex_unlock(ci_region_mutex());
 }
 
-uint64_t ci_region_used_locked(int dev)
-{
-    uint64_t sum = 0;
-    for (int i = 0; i < CI_REGION_MAX_SLOTS; i++) {
-        const struct ci_region_slot *s = &ci_region_map->slots[i];
-        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == CI_SLOT_ACTIVE)
-            sum += __atomic_load_n(&s->dev[dev].memory_used_bytes, __ATOMIC_RELAXED);
-    }
-    return sum;
-}
-
 /* Finds a never-used slot, else the oldest kind of reusable one (exited), or -1. Lock held. */
 static int ci_region_find_free_locked(void)
 {
@@ -284,6 +341,7 @@ int ci_region_attach(void)
         memset(s, 0, sizeof *s);
         s->pid = (int32_t)self;
         s->start_time_ticks = start;
+        ci_region_own_start = start;
         s->updated_unix_ns = ci_unix_ns();
         for (int d = 0; d < CI_REGION_MAX_DEVICES; d++)
             s->dev[d].sm_util_percent = CI_REGION_UNKNOWN_U32;
@@ -303,6 +361,7 @@ void ci_region_detach(int slot)
     if (slot < 0 || slot >= CI_REGION_MAX_SLOTS || ci_region_map == NULL)
         return;
     struct ci_region_slot *s = &ci_region_map->slots[slot];
+    atomic_store(&ci_region_slot_retired, 1);
     int locked = ci_region_lock();
     if (s->pid == (int32_t)getpid()) {
         ci_region_clear_slot(s);
@@ -310,4 +369,34 @@ void ci_region_detach(int slot)
     }
     if (locked == 0)
         ci_region_unlock();
+}
+
+int ci_region_heal_slot(int slot)
+{
+    if (slot < 0 || slot >= CI_REGION_MAX_SLOTS || atomic_load(&ci_region_slot_retired))
+        return -1;
+    if (!ci_region_shared)
+        return 0;
+    struct ci_region_slot *s = &ci_region_map->slots[slot];
+    int32_t self = (int32_t)getpid();
+    int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+    bool active = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == CI_SLOT_ACTIVE;
+    if (active && pid == self &&
+        __atomic_load_n(&s->start_time_ticks, __ATOMIC_RELAXED) == ci_region_own_start)
+        return 0;
+    if (active && pid != self && pid > 0 && !ci_region_slot_dead(s)) {
+        /* Not taken back by force: no lock is held (the monitor never takes the region
+         * lock), and the other process's counters are as good as ours. */
+        if (!atomic_exchange(&ci_region_slot_lost, 1))
+            ci_log("region slot %d now belongs to pid %d; this process publishes no counters "
+                   "until it is free again (its memory stays accounted by the ledger)",
+                   slot, (int)pid);
+        return -1;
+    }
+    atomic_store(&ci_region_slot_lost, 0);
+    ci_debug("region slot %d was overwritten; restoring it", slot);
+    __atomic_store_n(&s->pid, self, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->start_time_ticks, ci_region_own_start, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, CI_SLOT_ACTIVE, __ATOMIC_RELEASE);
+    return 0;
 }

@@ -2,8 +2,9 @@
  * ci_runtime.c — the process-wide lifecycle of the interceptor.
  *
  * The constructor does almost nothing (every process of the container loads
- * the library, most never touch CUDA). The first hooked call runs
- * ci_runtime_ensure(): limits, region, real driver table, region slot. The
+ * the library, through LD_PRELOAD or /etc/ld.so.preload, and most never touch CUDA).
+ * The first hooked call runs ci_runtime_ensure(): limits, region, real driver table,
+ * region slot, memory ledger. The
  * real cuInit's success starts the monitor thread. pthread_atfork keeps the
  * process-local locks consistent over fork; the child starts over lazily
  * with its own slot, counters and monitor. The destructor publishes the final
@@ -54,6 +55,7 @@ void ci_runtime_ensure(void)
         ci_lookup_load_driver();
         if (atomic_load(&ci_state.slot) < 0)
             atomic_store(&ci_state.slot, ci_region_attach());
+        ci_ledger_open(ci_state.limits.mode == CI_LIMITS_MODE_CONTAINER);
         atomic_store_explicit(&ci_runtime_ready, 1, memory_order_release);
     }
     pthread_mutex_unlock(&ci_runtime_lock);
@@ -110,20 +112,27 @@ static void ci_runtime_prepare_fork(void)
 {
     pthread_mutex_lock(&ci_runtime_lock);
     ci_alloc_table_lock_for_fork();
+    ci_ledger_lock_for_fork();
 }
 
 static void ci_runtime_parent_after_fork(void)
 {
+    ci_ledger_unlock_after_fork();
     ci_alloc_table_unlock_after_fork();
     pthread_mutex_unlock(&ci_runtime_lock);
 }
 
 /* The child has one thread and none of the parent's CUDA state: it starts
- * over with a slot, counters, bucket and monitor of its own, on first use. */
+ * over with a slot, counters, bucket, monitor and ledger index of its own, on first use.
+ * Its mapping of the region is redone at once (ci_region_after_fork_child): an inherited
+ * one would keep the parent's ledger locks alive after the parent ends. */
 static void ci_runtime_child_after_fork(void)
 {
+    ci_ledger_unlock_after_fork();
     ci_alloc_table_unlock_after_fork();
     ci_alloc_table_reset();
+    ci_ledger_after_fork_child();
+    ci_region_after_fork_child();
     memset(ci_counters, 0, sizeof ci_counters);
     ci_tokens_reset();
     ci_signature_reset();
@@ -147,6 +156,5 @@ __attribute__((destructor)) static void ci_runtime_destructor(void)
     int slot = atomic_load(&ci_state.slot);
     if (slot < 0 || !atomic_load(&ci_runtime_ready))
         return;
-    ci_monitor_publish();
-    ci_region_detach(slot);
+    ci_monitor_retire(slot);
 }

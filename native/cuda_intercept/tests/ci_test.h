@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,11 +52,9 @@ static inline void ct_sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-/* Maps the workspace region read-write (tests also poke the lock). */
-static inline struct ci_region *ct_region(void)
+/* Maps the region of workspace `ws` read-write (tests also poke the lock). */
+static inline struct ci_region *ct_region_in(const char *ws)
 {
-    const char *ws = getenv("ALNAIR_WORKSPACE");
-    CHECK(ws != NULL, "ALNAIR_WORKSPACE not set");
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", ws, CI_REGION_FILE_NAME);
     int fd = open(path, O_RDWR);
@@ -64,6 +63,14 @@ static inline struct ci_region *ct_region(void)
     close(fd);
     CHECK(p != MAP_FAILED, "cannot map %s", path);
     return p;
+}
+
+/* Maps the workspace region ($ALNAIR_WORKSPACE) read-write. */
+static inline struct ci_region *ct_region(void)
+{
+    const char *ws = getenv("ALNAIR_WORKSPACE");
+    CHECK(ws != NULL, "ALNAIR_WORKSPACE not set");
+    return ct_region_in(ws);
 }
 
 /* The active slot of process `pid`, or NULL. */
@@ -94,15 +101,62 @@ static inline void ct_set_env(const char *k, const char *v)
     CHECK(setenv(k, v, 1) == 0, "setenv %s", k);
 }
 
+/* Writes `text` to `path` (replacing it). */
+static inline void ct_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
 /* Writes the workspace limits file. */
 static inline void ct_write_limits(const char *text)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/limits", getenv("ALNAIR_WORKSPACE"));
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL, "cannot write %s", path);
-    fputs(text, f);
+    ct_write_file(path, text);
+}
+
+/* Plays the device plugin: writes the test library's fixed limits file (CI_LIMITS_PATH,
+ * a path in the build directory) and creates the empty region in `workspace` when
+ * `region` is set. */
+static inline void ct_container(const char *text, const char *workspace, int region)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", CI_LIMITS_PATH);
+    *strrchr(dir, '/') = '\0';
+    mkdir(dir, 0755);
+    ct_write_file(CI_LIMITS_PATH, text);
+    if (region) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", workspace, CI_REGION_FILE_NAME);
+        ct_write_file(path, "");
+    }
+}
+
+/* Lines of file `path` that contain `needle`. */
+static inline int ct_count_lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "open %s", path);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
     fclose(f);
+    return n;
+}
+
+/* Sends stderr to file `path` until dup2(saved, 2); returns the saved descriptor. */
+static inline int ct_capture_stderr(const char *path)
+{
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && saved >= 0, "capture");
+    dup2(fd, 2);
+    close(fd);
+    return saved;
 }
 
 #endif

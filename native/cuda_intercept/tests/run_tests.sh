@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the C tests of one build variant.
 #   run_tests.sh OUT_DIR [SANITIZER_RUNTIME] [CASE...]
-# OUT_DIR holds libalnair_cuda.so, fake/ and tests/ (make tests). Each case of
+# OUT_DIR holds testlib/libalnair_cuda.so, fake/ and tests/ (make tests). Each case of
 # tests/cases.txt runs with a fresh workspace under OUT_DIR/workspaces/<case>
-# (left in place: the Python region reader tests decode them), the library
-# preloaded (after the sanitizer runtime, which must come first) and the fake
-# driver on LD_LIBRARY_PATH. Prints one line per case; exits 1 if any failed.
+# (left in place: the Python region reader tests decode them), the test library
+# preloaded (after the sanitizer runtime, which must come first), the fake driver on
+# LD_LIBRARY_PATH and no fixed limits file (OUT_DIR/trusted/, the test library's
+# container-mode path, is removed before each case; container cases write it).
+# Prints one line per case; exits 1 if any failed.
 set -u
 out=$(cd "$1" && pwd)
 rt=${2:-}
@@ -18,8 +20,8 @@ while read -r name prog args; do
     [[ -z "$name" || "$name" == \#* ]] && continue
     if (( ${#want[@]} )) && [[ ! " ${want[*]} " == *" $name "* ]]; then continue; fi
     ws="$out/workspaces/$name"
-    rm -rf "$ws" && mkdir -p "$ws"
-    preload="$out/libalnair_cuda.so"
+    rm -rf "$ws" "$out/trusted" && mkdir -p "$ws"
+    preload="$out/testlib/libalnair_cuda.so"
     [[ -n "$rt" ]] && preload="$rt $preload"
     case "$prog" in test_controller|test_limits_parse) preload="$rt" ;; esac
     start=$EPOCHREALTIME

@@ -1,35 +1,13 @@
 /*
- * test_limits — where limits come from. The workspace limits file beats the
- * environment (a tenant cannot loosen its limits); invalid values print one
- * clear stderr line and take the strictest meaning; without a workspace the
- * limit still holds (per process) and no file is written.
+ * test_limits — where limits come from (local mode). The environment can only tighten
+ * the workspace limits file: a looser variable is ignored, a stricter one wins, an empty
+ * one changes nothing; invalid values print one clear stderr line and take the strictest
+ * meaning; without a workspace the limit still holds (per process) and no file is
+ * written.
  */
 #include <sys/stat.h>
 
 #include "ci_test.h"
-
-/* Sends stderr to a file until restore_stderr(); returns the saved fd. */
-static int capture_stderr(const char *path)
-{
-    int saved = dup(2);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    CHECK(fd >= 0 && saved >= 0, "capture");
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static int count_lines_with(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "open %s", path);
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
 
 static void file_beats_env(void)
 {
@@ -51,18 +29,35 @@ static void file_beats_env(void)
     printf("ok limits file beats the environment\n");
 }
 
+static void env_tightens(void)
+{
+    ct_write_limits("memory_bytes = 4Mi\ncompute_percent = 50\n");
+    ct_set_env("ALNAIR_VGPU_MEMORY_BYTES", "1Mi");     /* stricter than the file: honoured */
+    ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", "");     /* empty: changes nothing */
+    CHECK_CU(cuInit(0));
+    CUdeviceptr a, b;
+    CHECK_CU(cuMemAlloc_v2(&a, 1 << 20));
+    CHECK(cuMemAlloc_v2(&b, 1) == CUDA_ERROR_OUT_OF_MEMORY, "the stricter variable (1 MiB) holds");
+    struct ci_region *r = ct_region();
+    CHECK(r->header.limits_source == CI_LIMITS_SOURCE_FILE, "source %u", r->header.limits_source);
+    CHECK(r->header.memory_limit_bytes == 1 << 20 && r->header.compute_percent == 50,
+          "memory %llu compute %u", (unsigned long long)r->header.memory_limit_bytes,
+          r->header.compute_percent);
+    printf("ok a stricter variable tightens the file, an empty one changes nothing\n");
+}
+
 static void invalid(const char *var, const char *value, const char *needle)
 {
     char log[1100];
     snprintf(log, sizeof log, "%s/stderr.txt", getenv("ALNAIR_WORKSPACE"));
     ct_set_env(var, value);
-    int saved = capture_stderr(log);
+    int saved = ct_capture_stderr(log);
     CHECK_CU(cuInit(0));
     CUdeviceptr a;
     CUresult r1 = cuMemAlloc_v2(&a, 1);
     CUresult r2 = cuMemAlloc_v2(&a, 1);
     dup2(saved, 2);
-    CHECK(count_lines_with(log, needle) == 1, "want exactly one '%s' line", needle);
+    CHECK(ct_count_lines_with(log, needle) == 1, "want exactly one '%s' line", needle);
     struct ci_region *r = ct_region();
     if (strcmp(var, "ALNAIR_VGPU_MEMORY_BYTES") == 0) {
         CHECK(r1 == CUDA_ERROR_OUT_OF_MEMORY && r2 == CUDA_ERROR_OUT_OF_MEMORY,
@@ -99,6 +94,8 @@ int main(int argc, char **argv)
     CHECK(argc == 2, "usage: test_limits MODE");
     if (strcmp(argv[1], "file-beats-env") == 0)
         file_beats_env();
+    else if (strcmp(argv[1], "env-tightens") == 0)
+        env_tightens();
     else if (strcmp(argv[1], "invalid-memory") == 0)
         invalid("ALNAIR_VGPU_MEMORY_BYTES", "lots", "invalid memory limit");
     else if (strcmp(argv[1], "invalid-compute") == 0)

@@ -1,6 +1,8 @@
 /*
  * test_limits_parse — unit test of ci_limits.c: the value grammar, file
- * parsing, precedence and the strict interpretation of invalid input.
+ * parsing, precedence (the environment only tightens; container mode's fixed file names
+ * the workspace and ALNAIR_WORKSPACE is ignored) and the strict interpretation of invalid
+ * input.
  */
 #include "ci_internal.h"
 #include "ci_test.h"
@@ -62,13 +64,45 @@ int main(void)
     ci_limits_load(&l);
     CHECK(l.memory_bytes == 4ull << 30 && l.compute_percent == 25 &&
               l.source == CI_LIMITS_SOURCE_ENV && strcmp(l.workload_id, "env-id") == 0, "env");
-    ct_write_limits("compute_percent=60\r\n\n  # nothing else\nbogus line\nunknown_key=1\n");
+    ct_write_limits("compute_percent=60\r\n\n  # nothing else\nbogus line\nunknown_key=1\n"
+                    "workspace = /elsewhere\n");
     ci_limits_load(&l);
-    CHECK(l.source == CI_LIMITS_SOURCE_FILE && l.compute_percent == 60, "file compute");
-    CHECK(l.memory_bytes == CI_REGION_UNLIMITED, "file without memory key: no memory limit, env ignored");
+    CHECK(l.source == CI_LIMITS_SOURCE_FILE && l.mode == CI_LIMITS_MODE_LOCAL, "file, local mode");
+    CHECK(l.compute_percent == 25 && l.memory_bytes == 4ull << 30,
+          "the variables are stricter than the file (which has no memory key): they win");
+    CHECK(strcmp(l.workspace, getenv("ALNAIR_WORKSPACE")) == 0, "a workspace cannot name itself");
+    ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", "90");
+    unsetenv("ALNAIR_VGPU_MEMORY_BYTES");
+    ci_limits_load(&l);
+    CHECK(l.compute_percent == 60 && l.memory_bytes == CI_REGION_UNLIMITED,
+          "a looser variable changes nothing");
     ct_write_limits("memory_bytes = nonsense\ncompute_percent = 0\n");
     ci_limits_load(&l);
     CHECK(l.memory_bytes == 0 && l.compute_percent == 1, "invalid file values are strictest");
     printf("ok precedence and strict fallbacks\n");
+
+    /* container mode: the fixed file names limits and workspace, the tenant's are ignored */
+    ct_container("memory_bytes = 2Gi\nworkspace = /var/run/x\nworkload_id = ns/pod\n", "", 0);
+    ct_write_limits("memory_bytes = 64Gi\n");
+    ct_set_env("ALNAIR_VGPU_MEMORY_BYTES", "8Gi");
+    ct_set_env("ALNAIR_WORKLOAD_ID", "spoofed");
+    ci_limits_load(&l);
+    CHECK(l.mode == CI_LIMITS_MODE_CONTAINER && l.source == CI_LIMITS_SOURCE_FILE, "container mode");
+    CHECK(strcmp(l.workspace, "/var/run/x") == 0, "workspace from the fixed file: %s", l.workspace);
+    CHECK(l.memory_bytes == 2ull << 30 && l.compute_percent == 90,
+          "the fixed file's memory; compute, which it leaves open, from the variable: %llu %u",
+          (unsigned long long)l.memory_bytes, l.compute_percent);
+    CHECK(strcmp(l.workload_id, "ns/pod") == 0, "the fixed file's identity: %s", l.workload_id);
+    ct_write_file(CI_LIMITS_PATH, "compute_percent = 50\n");
+    ci_limits_load(&l);
+    CHECK(strcmp(l.workspace, "/var/run/alnair") == 0, "default container workspace: %s", l.workspace);
+    CHECK(l.memory_bytes == 8ull << 30, "the variable adds a limit the file does not set");
+    ct_write_file(CI_LIMITS_PATH, "workspace = relative/dir\n");
+    ci_limits_load(&l);
+    CHECK(l.workspace[0] == '\0', "an invalid workspace is none (which refuses allocations)");
+    unlink(CI_LIMITS_PATH);
+    ci_limits_load(&l);
+    CHECK(l.mode == CI_LIMITS_MODE_LOCAL, "without the fixed file: local mode");
+    printf("ok container mode: fixed file, workspace, identity\n");
     return 0;
 }

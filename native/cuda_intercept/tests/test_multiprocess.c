@@ -2,8 +2,9 @@
  * test_multiprocess — one memory limit shared by the processes of a workload
  * (same ALNAIR_WORKSPACE), exact to the byte across processes; a process that
  * exits gives its share back; a process SIGKILLed while it holds the region
- * lock (and owns memory) does not block or leak: the next process recovers the
- * robust mutex and reaps the dead process's share.
+ * lock (and owns memory) blocks nothing and leaks nothing: its share is gone at once
+ * (the ledger's locks end with it), allocations never wait for the region lock, and
+ * the next process to attach recovers the robust mutex and reaps the dead slot.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +42,11 @@ static int child(const char *mode)
         CHECK(cuMemAlloc_v2(&b, 1) == CUDA_ERROR_OUT_OF_MEMORY, "exactly at the shared limit");
         return 0; /* exits without freeing: the driver (and the slot) give it back */
     }
+    if (strcmp(mode, "attach") == 0) {
+        /* parent holds all 10 MiB */
+        CHECK(cuMemAlloc_v2(&a, 1) == CUDA_ERROR_OUT_OF_MEMORY, "nothing left");
+        return 0;
+    }
     if (strcmp(mode, "die-holding-lock") == 0) {
         CHECK_CU(cuMemAlloc_v2(&a, 4 * MiB));
         struct ci_region *r = ct_region();
@@ -77,12 +83,18 @@ int main(int argc, char **argv)
         active += r->slots[i].state == CI_SLOT_ACTIVE && r->slots[i].pid != getpid();
     CHECK(active == 1, "dead child's slot still active before recovery (%d)", active);
     double t0 = ct_now_s();
-    CHECK_CU(cuMemAlloc_v2(&four, 4 * MiB)); /* recovers EOWNERDEAD, reaps the dead share */
-    CHECK(ct_now_s() - t0 < 1.0, "recovery took too long");
+    CHECK_CU(cuMemAlloc_v2(&four, 4 * MiB)); /* the dead child's 4 MiB ended with it */
+    CHECK(ct_now_s() - t0 < 1.0, "allocation waited for the dead holder");
+    CHECK(cuMemAlloc_v2(&one, 1) == CUDA_ERROR_OUT_OF_MEMORY, "still exactly at the limit");
+    st = run_child("attach"); /* attaching takes the lock: recovers EOWNERDEAD, reaps */
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child attach failed (status %d)", st);
     CHECK(pthread_mutex_trylock((pthread_mutex_t *)(void *)r->header.lock) == 0,
           "lock consistent and free after recovery");
     pthread_mutex_unlock((pthread_mutex_t *)(void *)r->header.lock);
-    CHECK(cuMemAlloc_v2(&one, 1) == CUDA_ERROR_OUT_OF_MEMORY, "still exactly at the limit");
+    active = 0;
+    for (int i = 0; i < CI_REGION_MAX_SLOTS; i++)
+        active += r->slots[i].state == CI_SLOT_ACTIVE && r->slots[i].pid != getpid();
+    CHECK(active == 0, "dead child's slot reaped (%d active)", active);
     CHECK_CU(cuMemFree_v2(four));
     CHECK_CU(cuMemFree_v2(six));
     printf("ok SIGKILL while holding the region lock: recovered, share reaped\n");
