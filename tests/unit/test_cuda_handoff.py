@@ -1,5 +1,6 @@
 """The interceptor hand-off's writer side: the limits file's text, its atomic read-only
-write, the environment, and the decisions it refuses to render."""
+write, the environment, a container's workspace (modes, the empty region, ld.so.preload),
+and the decisions it refuses to render."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from alnair_common import PermanentError
-from alnair_common.cuda_handoff import CudaShare, interceptor_env, render_limits, write_limits
+from alnair_common.cuda_handoff import (
+    CudaShare,
+    create_region,
+    interceptor_env,
+    prepare_container_workspace,
+    render_ld_so_preload,
+    render_limits,
+    write_limits,
+)
 
 
 def test_limits_text_leaves_out_zero_amounts() -> None:
@@ -47,3 +56,38 @@ def test_write_replaces_a_read_only_file_and_leaves_no_temporary(tmp_path: Path)
 def test_a_share_that_could_add_lines_or_is_impossible_is_refused(share: dict, message: str) -> None:
     with pytest.raises(PermanentError, match=message):
         CudaShare(**share)
+
+
+def test_only_the_container_file_names_its_workspace() -> None:
+    share = CudaShare("ml/a", "GPU-1", memory_gib=8)
+    assert "workspace" not in render_limits(share)
+    assert render_limits(share, workspace="/var/run/alnair").splitlines()[-1] == "workspace = /var/run/alnair"
+    for bad in ("relative/dir", "/a\nmemory_bytes = 1", "/a#b"):
+        with pytest.raises(PermanentError, match="absolute path"):
+            render_limits(share, workspace=bad)
+
+
+def test_container_workspace_layout_and_modes(tmp_path: Path) -> None:
+    ws = tmp_path / "u-1"
+    share = CudaShare("ml/a", "GPU-1", memory_gib=4, compute_percent=30)
+    prepare_container_workspace(ws, share, container_workspace="/var/run/alnair",
+                                interceptor="/usr/local/alnair/lib/libalnair_cuda.so")
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in ws.iterdir()}
+    assert modes == {"limits": 0o444, "cuda.region": 0o666, "ld.so.preload": 0o444}
+    assert stat.S_IMODE(ws.stat().st_mode) == 0o755  # root's: the tenant adds or removes nothing
+    assert (ws / "ld.so.preload").read_text() == "/usr/local/alnair/lib/libalnair_cuda.so\n"
+    assert (ws / "cuda.region").stat().st_size == 0  # the interceptor lays it out
+    assert "workspace = /var/run/alnair" in (ws / "limits").read_text()
+
+    # Idempotent, and a region already in use is kept.
+    (ws / "cuda.region").write_bytes(b"in use")
+    prepare_container_workspace(ws, share, container_workspace="/var/run/alnair",
+                                interceptor="/usr/local/alnair/lib/libalnair_cuda.so")
+    assert (ws / "cuda.region").read_bytes() == b"in use"
+    assert create_region(ws) == ws / "cuda.region" and (ws / "cuda.region").read_bytes() == b"in use"
+
+
+@pytest.mark.parametrize("path", ["lib.so", "/a b/lib.so", "/a:/b.so", "/a\n/b.so"])
+def test_a_preload_path_the_loader_would_split_is_refused(path: str) -> None:
+    with pytest.raises(PermanentError, match="dynamic loader splits"):
+        render_ld_so_preload(path)

@@ -39,16 +39,30 @@ async def test_allocate_returns_card_interceptor_limits_and_workspace(two_gpu_en
         "ALNAIR_VGPU_COMPUTE_PERCENT": "30",
     }
     workspace = env.tmp / "workspaces" / "a1"
-    mounts = {(m.container_path, m.host_path, m.read_only) for m in grant.mounts}
-    assert mounts == {
-        ("/var/run/alnair", str(workspace), False),
-        ("/var/run/alnair/limits", str(workspace / "limits"), True),
+    mounts = [(m.container_path, m.host_path, m.read_only) for m in grant.mounts]
+    assert set(mounts) == {
+        # The tenant cannot add, delete or replace anything in its workspace...
+        ("/var/run/alnair", str(workspace), True),
+        # ...but writes its region, which is its own mount (so it cannot be unlinked either).
+        ("/var/run/alnair/cuda.region", str(workspace / "cuda.region"), False),
+        # The limits at the path compiled into the interceptor, read-only.
+        ("/etc/alnair/limits", str(workspace / "limits"), True),
+        # The library for every process of the container, LD_PRELOAD or not.
+        ("/etc/ld.so.preload", str(workspace / "ld.so.preload"), True),
         ("/usr/local/alnair/lib/libalnair_cuda.so", str(env.tmp / "lib" / "libalnair_cuda.so"), True),
     }
+    targets = [m[0] for m in mounts]
+    assert targets.index("/var/run/alnair") < targets.index("/var/run/alnair/cuda.region")
     limits = workspace / "limits"
     assert f"memory_bytes = {10 * 2**30}" in limits.read_text()
     assert "compute_percent = 30" in limits.read_text()
-    assert stat.S_IMODE(limits.stat().st_mode) == 0o444
+    assert "workspace = /var/run/alnair" in limits.read_text()  # the fixed file names the workspace
+    assert (workspace / "ld.so.preload").read_text() == "/usr/local/alnair/lib/libalnair_cuda.so\n"
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in workspace.iterdir()}
+    assert modes == {"limits": 0o444, "ld.so.preload": 0o444, "cuda.region": 0o666}
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
+    # A region is world-writable (any container user must write it): no host user reaches it.
+    assert stat.S_IMODE(workspace.parent.stat().st_mode) == 0o700
 
     # The same container's compute units find the same assignment and the same workspace.
     second = (await allocate(compute, await preferred(compute, Resource.COMPUTE, 30))).container_responses[0]

@@ -1,6 +1,7 @@
 """The device plugin and the local agent hand one bind decision to the interceptor
-identically: byte for byte the same limits file (same mode) and the same interceptor
-environment, including for an amount of 0 (no limit: no key, no variable).
+identically: the same limits file (same mode, the same lines but for the container's
+``workspace`` line, which only the fixed file of container mode carries) and the same
+interceptor environment, including for an amount of 0 (no limit: no key, no variable).
 
 The workload's identity is each adapter's own (a pod's ``namespace/name``, a local
 workload's uid); both are given the pod's here so that everything else can be compared.
@@ -65,7 +66,9 @@ def test_both_adapters_hand_the_interceptor_the_same_limits(tmp_path: Path, memo
     local_env = workload_env({}, share, workspace=local, interceptor=interceptor)
     local_limits = local.path / "limits"
 
-    assert local_limits.read_bytes() == pod_limits.read_bytes()
+    pod_lines = pod_limits.read_text().splitlines()
+    assert pod_lines[-1] == f"workspace = {local.path}"  # container mode: the workspace's one source
+    assert local_limits.read_text().splitlines() == pod_lines[:-1]
     assert stat.S_IMODE(local_limits.stat().st_mode) == stat.S_IMODE(pod_limits.stat().st_mode) == 0o444
     pod_env = dict(grant.envs)
     assert pod_env.pop("NVIDIA_VISIBLE_DEVICES") == CARD.uuid  # for the container runtime only

@@ -5,6 +5,17 @@ checks the units it got, finds the assignment they belong to (:class:`Assignment
 returns the container's environment and mounts: the card by UUID, the interceptor preloaded,
 its limits, the workspace. Every refusal is an exception with the reason; nothing is
 allocated by a call that fails.
+
+The mounts are what keeps a hostile tenant inside its limits (the environment cannot: the
+tenant controls it):
+
+* the limits file, read-only, at the interceptor's compiled-in path
+  (:data:`~alnair_common.cuda_handoff.FIXED_LIMITS_PATH`); it names the workspace;
+* the workspace, read-only, and over it its region file, read-write: the tenant writes its
+  region but cannot delete, replace or add a file (the region is the ledger's anchor);
+* ``/etc/ld.so.preload``, read-only, naming the library: every dynamically linked process of
+  the container loads it, whether or not ``LD_PRELOAD`` survives;
+* the library itself, read-only.
 """
 
 from __future__ import annotations
@@ -14,13 +25,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from alnair_common.cuda_handoff import LIMITS_FILE, interceptor_env
+from alnair_common.cuda_handoff import (
+    FIXED_LIMITS_PATH,
+    LD_SO_PRELOAD_FILE,
+    LD_SO_PRELOAD_PATH,
+    LIMITS_FILE,
+    REGION_FILE,
+    interceptor_env,
+)
 from alnair_gpu import NodeGpus
 
 from ._assignments import Assignment, AssignmentIndex
 from ._errors import InvalidDevicesError, NoAssignmentError
 from ._units import COMPUTE_UNITS_PER_GPU, Resource, Unit, parse_units, unit_id
-from ._workspace import Workspaces, cuda_share
+from ._workspace import INTERCEPTOR_CONTAINER_PATH, WORKSPACE_CONTAINER_PATH, Workspaces, cuda_share
 
 
 @dataclass(frozen=True)
@@ -41,11 +59,17 @@ class ContainerGrant:
 
 @dataclass(frozen=True)
 class ContainerPaths:
-    """Where things are on the host and where the container sees them."""
+    """Where things are on the host and where the container sees them.
+
+    ``limits_container`` must be the path compiled into the interceptor (tests that run a
+    test build of it pass that build's path).
+    """
 
     interceptor_host: Path
-    interceptor_container: str = "/usr/local/alnair/lib/libalnair_cuda.so"
-    workspace_container: str = "/var/run/alnair"
+    interceptor_container: str = INTERCEPTOR_CONTAINER_PATH
+    workspace_container: str = WORKSPACE_CONTAINER_PATH
+    limits_container: str = FIXED_LIMITS_PATH
+    ld_so_preload_container: str = LD_SO_PRELOAD_PATH
 
 
 class Allocator:
@@ -137,15 +161,19 @@ class Allocator:
         return units
 
     def _grant(self, assignment: Assignment) -> ContainerGrant:
-        host_ws = self.workspaces.create(assignment)
-        ws = self.paths.workspace_container
-        envs = interceptor_env(cuda_share(assignment), workspace=ws,
-                               interceptor=self.paths.interceptor_container)
+        paths = self.paths
+        ws = paths.workspace_container
+        host_ws = self.workspaces.create(assignment, container_workspace=ws,
+                                         interceptor=paths.interceptor_container)
+        envs = interceptor_env(cuda_share(assignment), workspace=ws, interceptor=paths.interceptor_container)
         # The NVIDIA container runtime's name for the card; the interceptor does not read it.
         envs["NVIDIA_VISIBLE_DEVICES"] = assignment.gpu_uuid
+        # Parents before children: the runtimes mount in order of path depth.
         mounts = (
-            MountSpec(ws, str(host_ws), read_only=False),
-            MountSpec(f"{ws}/{LIMITS_FILE}", str(host_ws / LIMITS_FILE), read_only=True),
-            MountSpec(self.paths.interceptor_container, str(self.paths.interceptor_host), read_only=True),
+            MountSpec(ws, str(host_ws), read_only=True),
+            MountSpec(f"{ws}/{REGION_FILE}", str(host_ws / REGION_FILE), read_only=False),
+            MountSpec(paths.limits_container, str(host_ws / LIMITS_FILE), read_only=True),
+            MountSpec(paths.ld_so_preload_container, str(host_ws / LD_SO_PRELOAD_FILE), read_only=True),
+            MountSpec(paths.interceptor_container, str(paths.interceptor_host), read_only=True),
         )
         return ContainerGrant(workload_uid=assignment.uid, envs=envs, mounts=mounts)

@@ -1,10 +1,15 @@
-"""Per-workload workspace directories on the host: the interceptor's region and limits file.
+"""Per-workload workspace directories on the host: what a container's interceptor is handed.
 
-A workspace is mounted read-write into the container (the interceptor creates its shared
-region there). The limits file inside it (:mod:`alnair_common.cuda_handoff`) is written by
-the plugin, read-only, and additionally bind-mounted read-only over itself, so even a root
-tenant cannot loosen its limits: the interceptor reads the file and ignores the environment
-when it exists.
+The layout is :func:`alnair_common.cuda_handoff.prepare_container_workspace`'s: the limits
+file (naming the workspace as the container sees it), the empty region and the
+``ld.so.preload`` file, in a directory only root writes. The Allocate response
+(:mod:`._allocator`) mounts them so that the tenant cannot loosen its limits: the limits
+file read-only at the interceptor's fixed path, the workspace read-only with only the region
+file read-write over it, ``ld.so.preload`` read-only at ``/etc/ld.so.preload``.
+
+The workspaces' root is root's only (:data:`~alnair_common.cuda_handoff.WORKSPACE_ROOT_MODE`):
+a region is world-writable (the container's user is not known at Allocate) and must be
+reachable through its own container's mount only.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from alnair_common.cuda_handoff import SHARED_WORKSPACE_MODE, CudaShare, write_limits
+from alnair_common.cuda_handoff import WORKSPACE_ROOT_MODE, CudaShare, prepare_container_workspace
 
 from ._assignments import Assignment
+
+WORKSPACE_CONTAINER_PATH = "/var/run/alnair"
+INTERCEPTOR_CONTAINER_PATH = "/usr/local/alnair/lib/libalnair_cuda.so"
 
 
 class Workspaces:
@@ -23,18 +31,21 @@ class Workspaces:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(WORKSPACE_ROOT_MODE)
 
     def path(self, uid: str) -> Path:
         return self.root / uid
 
-    def create(self, assignment: Assignment) -> Path:
-        """Create (or refresh) the workspace with its limits file; idempotent."""
-        path = self.path(assignment.uid)
-        path.mkdir(exist_ok=True)
-        # Containers may run as any user; the region is created by the workload itself.
-        path.chmod(SHARED_WORKSPACE_MODE)
-        write_limits(path, cuda_share(assignment))
-        return path
+    def create(self, assignment: Assignment, *, container_workspace: str = WORKSPACE_CONTAINER_PATH,
+               interceptor: str = INTERCEPTOR_CONTAINER_PATH) -> Path:
+        """Create (or refresh) the workspace; idempotent (an existing region is kept).
+
+        ``container_workspace`` and ``interceptor``: where the container sees its workspace
+        and the library (the Allocate response's mount targets).
+        """
+        return prepare_container_workspace(self.path(assignment.uid), cuda_share(assignment),
+                                           container_workspace=container_workspace,
+                                           interceptor=interceptor)
 
     def remove(self, uid: str) -> bool:
         path = self.path(uid)

@@ -2,8 +2,14 @@
 
 Same hand-off to the interceptor as a pod on a GPU node (:mod:`alnair_common.cuda_handoff`):
 the card the scheduler chose (by UUID), the interceptor preloaded, the limits both as
-variables and in the workspace's limits file (which the interceptor trusts first), and the
+variables and in the workspace's limits file (the variables can only tighten it), and the
 workspace and workload id that tie the process to its shared region.
+
+Local mode differs from a container in one respect that matters: there is no fixed, read-only
+limits file and no ``/etc/ld.so.preload`` (the workload runs on the host, as the platform's
+user), so ``ALNAIR_WORKSPACE`` and ``LD_PRELOAD`` are what bind the process to its limits, and
+a workload that removes them leaves its limits behind. See "What a limit guarantees" in
+``native/cuda_intercept/README.md``.
 """
 
 from __future__ import annotations

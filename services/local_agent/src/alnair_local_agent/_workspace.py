@@ -7,6 +7,13 @@ never travels on the bus, where JetStream would keep it and anyone subscribed wo
 interceptor's, laid out by :mod:`alnair_common.cuda_handoff`), ``output.log`` (stdout and
 stderr), ``pid`` (the reaper's pid and start time, to recognise it after an agent restart)
 and ``exit_code`` (written by the reaper).
+
+The directory is the platform user's only
+(:data:`~alnair_common.cuda_handoff.LOCAL_WORKSPACE_MODE`): no other user of the machine can
+read the environment or write the limits or the region. Every local workload runs as that
+same user, though, so the operating system cannot keep one local workload out of another's
+workspace, nor out of its own limits file: local mode's limits hold against mistakes, not
+against a workload that sets out to escape them (``native/cuda_intercept/README.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alnair.v1 import workload_pb2 as wl
-from alnair_common.cuda_handoff import CudaShare, write_limits
+from alnair_common.cuda_handoff import LOCAL_WORKSPACE_MODE, CudaShare, write_limits
 
 
 @dataclass(frozen=True)
@@ -37,12 +44,16 @@ class Workspace:
         return self.path / "exit_code"
 
     def create(self, submission: wl.Workload) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._make_directory()
         _write(self.path / "submission.pb", submission.SerializeToString())
+
+    def _make_directory(self) -> None:
+        self.path.mkdir(mode=LOCAL_WORKSPACE_MODE, parents=True, exist_ok=True)
+        self.path.chmod(LOCAL_WORKSPACE_MODE)  # also one made before, or under another umask
 
     def write_environment(self, env: dict[str, str]) -> None:
         """The submitter's environment, for the agent to start the command with (mode 0600)."""
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._make_directory()
         _write(self.path / "environment.json", json.dumps(env).encode(), mode=0o600)
 
     def environment(self) -> dict[str, str] | None:
@@ -65,7 +76,7 @@ class Workspace:
         return found
 
     def write_limits(self, share: CudaShare) -> None:
-        """The interceptor's limits file; it wins over the environment."""
+        """The interceptor's limits file; the environment can only tighten it."""
         write_limits(self.path, share)
 
     def record_process(self, pid: int) -> None:
