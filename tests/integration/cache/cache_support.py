@@ -52,3 +52,15 @@ def assert_consistent(tier: RedisTier) -> None:
     for cid, data_len in sizes.items():
         data = tier.client.get(f"{tier.prefix}:chunk:{{{cid[:2]}}}:{cid}")
         assert len(data) == data_len and hashlib.sha256(data).hexdigest() == cid
+
+
+def hydrate_directly(tier: RedisTier, name: str, uri: str, *, only: int | None = None,
+                     phase: str = "ready", budget: int = 1 << 40) -> None:
+    """Put a data set (or its first ``only`` files) in the tier as the hydrator would."""
+    from alnair_dataset import Budget, open_source, store_file
+
+    source = open_source(uri)
+    tier.set_meta(name, {"source": uri, "include": "[]", "exclude": "[]", "phase": phase,
+                         "budget_bytes": str(budget)})
+    for f in source.list()[:only]:
+        store_file(tier, name, source, f, Budget(tier))

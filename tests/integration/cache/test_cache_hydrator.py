@@ -6,7 +6,7 @@ import pytest
 from cache_support import MIB, assert_consistent, stored_chunks, upload, write_dataset
 from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings, settled, spec, status
 
-from alnair_dataset import RedisTier, connect
+from alnair_dataset import DatasetReader, RedisTier, connect
 
 
 @pytest.fixture
@@ -42,8 +42,13 @@ async def test_two_users_adding_the_same_s3_data_set_store_it_once(
         assert tier.usage().stored_bytes == logical
         assert all(refs == {"alice-imagenet", "bob-imagenet"} for refs in stored_chunks(tier).values())
 
+        # a training job needs only the name and the tier: the tier says where the data are
+        with DatasetReader("bob-imagenet", tier_url=tier_url, prefix="t") as reader:
+            assert {p: reader.read(p) for p in reader.files()} == files
+            assert reader.stats.misses == 0
         await remove(bus, "alice-imagenet")
         await _gone(bus, "alice-imagenet")
+
         assert tier.usage().stored_bytes == logical  # bob still reads it
         await remove(bus, "bob-imagenet")
         await _gone(bus, "bob-imagenet")

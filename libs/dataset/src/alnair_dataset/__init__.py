@@ -21,8 +21,11 @@ from ._errors import (
     SourceUnreachableError,
     TierUnavailableError,
 )
+from ._filesystem import DatasetFileSystem
 from ._manifest import FileEntry
+from ._reader import DatasetReader, ReadStats
 from ._redis_tier import RedisTier, connect
+from ._samples import CachedSamples, loader_options
 from ._sources import LocalSource, S3Source, Source, SourceFile, open_source, selected
 from ._store import Budget, StoreResult, gib, store_file
 from ._tier import CacheTier, DatasetFootprint, TierUsage
@@ -32,14 +35,18 @@ __all__ = [
     "AccessDeniedError",
     "Budget",
     "CacheTier",
+    "CachedSamples",
     "CapacityError",
     "DatasetError",
+    "DatasetFileSystem",
     "DatasetFootprint",
+    "DatasetReader",
     "FileEntry",
     "InvalidSpecError",
     "LocalSource",
     "NoSuchBucketError",
     "PathNotAllowedError",
+    "ReadStats",
     "RedisTier",
     "S3Source",
     "Source",
@@ -55,6 +62,7 @@ __all__ = [
     "content_defined_chunks",
     "fixed_chunks",
     "gib",
+    "loader_options",
     "open_source",
     "selected",
     "store_file",

@@ -7,8 +7,9 @@ Key layout (``P`` is the prefix, ``g`` the first two hex digits of the chunk id)
   ``{g}`` puts the three in one slot, so a Lua script stores or frees a chunk and keeps
   the usage exact atomically, even in a cluster; 256 groups spread chunks over the
   cluster's servers, and the tier's usage is the sum of 256 small hashes.
-* ``P:ds:{<dataset>}:files`` the manifest (path → entry JSON) and ``P:ds:{<dataset>}:chunks``
-  the journal of every chunk id the data set took a reference on (one slot per data set).
+* ``P:ds:{<dataset>}:files`` the manifest (path → entry JSON), ``P:ds:{<dataset>}:chunks``
+  the journal of every chunk id the data set took a reference on, and ``P:ds:{<dataset>}:meta``
+  its source, patterns and phase, so a reader needs only the name (one slot per data set).
 
 Redis must run with ``maxmemory-policy noeviction``: the tier keeps its own budget, and a
 server evicting chunks behind its back would leave manifests pointing at nothing (readers
@@ -208,8 +209,18 @@ class RedisTier:
             with _reachable("forgetting files"):
                 self.client.hdel(self._ds(dataset, "files"), *paths)
 
+    def set_meta(self, dataset: str, meta: dict[str, str]) -> None:
+        with _reachable("writing a data set's description"):
+            self.client.hset(self._ds(dataset, "meta"), mapping=meta)
+
+    def meta(self, dataset: str) -> dict[str, str]:
+        with _reachable("reading a data set's description"):
+            raw = self.client.hgetall(self._ds(dataset, "meta"))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
     def drop_manifest(self, dataset: str) -> None:
         with _reachable("dropping a manifest"):
+            self.client.delete(self._ds(dataset, "meta"))
             self.client.delete(self._ds(dataset, "files"))
 
     def close(self) -> None:

@@ -71,6 +71,13 @@ class CacheTier(Protocol):
     def forget_files(self, dataset: str, paths: list[str]) -> None:
         """Unlist files (their chunks stay referenced until :meth:`release`)."""
 
-    def drop_manifest(self, dataset: str) -> None: ...
+    def set_meta(self, dataset: str, meta: dict[str, str]) -> None:
+        """Record what a reader needs to find the source: ``source``, ``include``,
+        ``exclude`` (JSON lists) and ``phase`` ("hydrating" or "ready")."""
+
+    def meta(self, dataset: str) -> dict[str, str]: ...
+
+    def drop_manifest(self, dataset: str) -> None:
+        """Forget the manifest and the description (after :meth:`release`)."""
 
     def close(self) -> None: ...

@@ -14,6 +14,7 @@ waited for, with the wait visible in the status, since losing Redis loses only c
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 
@@ -53,6 +54,7 @@ class Hydration:
         self._tier_retry = tier_retry
         self._stopped = asyncio.Event()
         self._rate = bytes_per_second
+        self._budget_bytes = 0
 
     def stop(self) -> None:
         self._stopped.set()
@@ -72,11 +74,14 @@ class Hydration:
         total = sum(f.size for f in listing)
         tier = await self._retrying(self._tier, "connecting to the tier")
         usage = await self._retrying(tier.usage, "reading the tier's usage")
+        self._budget_bytes = usage.budget_bytes
         if total > usage.budget_bytes:
             raise CapacityError(
                 f"needs {gib(total)}, more than the whole budget of tier {tier.name} "
                 f"({gib(usage.budget_bytes)}, {gib(usage.free_bytes)} free); select fewer "
                 "files or raise the budget (ALNAIR_CACHE_BUDGET_BYTES)")
+        await self._retrying(lambda: tier.set_meta(key, self._meta("hydrating")),
+                             "describing the data set")
         done = await self._retrying(lambda: tier.manifest(key), "reading the manifest")
         todo = [f for f in listing if _needs_store(done.get(f.path), f)]
         cached = total - sum(f.size for f in todo)
@@ -105,12 +110,20 @@ class Hydration:
         stale = [p for p in done if p not in listed]
         await self._retrying(lambda: self._collect(tier, key, stale), "releasing stale chunks")
         fp = await self._retrying(lambda: tier.footprint(key), "measuring the data set")
+        await self._retrying(lambda: tier.set_meta(key, self._meta("ready")),
+                             "describing the data set")
         return await self._report(
             phase=Phase.READY, reason="", cached_bytes=fp.cached_bytes, files_cached=fp.files,
             chunks=fp.chunks, unique_bytes=fp.unique_bytes,
             dedup_saved_bytes=fp.dedup_saved_bytes,
             message=f"{fp.files} files, {gib(fp.cached_bytes)} cached; "
                     f"{gib(fp.dedup_saved_bytes)} shared with other data sets or repeated")
+
+    def _meta(self, phase: str) -> dict[str, str]:
+        spec = self.status.spec
+        return {"source": spec.source, "include": json.dumps(spec.include),
+                "exclude": json.dumps(spec.exclude), "phase": phase,
+                "budget_bytes": str(self._budget_bytes)}
 
     @staticmethod
     def _collect(tier: CacheTier, key: str, stale: list[str]) -> None:

@@ -15,6 +15,9 @@ slots, which is exactly the failure the tier's readers must survive.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +53,9 @@ class RedisNode:
 
     def kill(self) -> None:
         """Stop the server at once (SIGKILL of its group): the loss a reader must survive."""
-        self.process.stop(grace_seconds=0.0)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.stop(grace_seconds=5.0)  # reaps it
 
 
 def start_redis_node(testbin: Testbin, workdir: Path, *, maxmemory: str = TIER_MAXMEMORY,

@@ -1,0 +1,232 @@
+"""Reading a data set by name: from the tier when it has the file, else from the source.
+
+The same code reads a data set that is cached, half-cached or not cached at all, and one
+whose tier went away while it read: a file is read from the tier only if its manifest entry
+exists and every chunk is there, otherwise from the source (and, if asked, written back so
+the next epoch hits). A tier error opens a breaker for ``breaker_seconds``: reads go
+straight to the source instead of waiting on a dead server's time-out for every file.
+
+Snapshot semantics: a hit returns the bytes as they were when hydrated; the hydrator
+notices changes on its next run (versions differ) and re-hydrates those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import DatasetError, InvalidSpecError, TierUnavailableError
+from ._manifest import FileEntry
+from ._redis_tier import RedisTier
+from ._sources import Source, SourceFile, open_source
+from ._store import Budget, store_file
+
+ENV_DATASET = "ALNAIR_DATASET"
+ENV_TIER_URL = "ALNAIR_CACHE_REDIS_URL"
+ENV_PREFIX = "ALNAIR_CACHE_PREFIX"
+ENV_SOURCE = "ALNAIR_DATASET_SOURCE"
+
+
+@dataclass
+class ReadStats:
+    """What a reader did: hits and misses in files, bytes by origin."""
+
+    hits: int = 0
+    misses: int = 0
+    tier_bytes: int = 0
+    source_bytes: int = 0
+    written_back: int = 0
+    tier_errors: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, *, hit: bool, size: int) -> None:
+        with self._lock:
+            if hit:
+                self.hits, self.tier_bytes = self.hits + 1, self.tier_bytes + size
+            else:
+                self.misses, self.source_bytes = self.misses + 1, self.source_bytes + size
+
+
+class DatasetReader:
+    """Reads the files of one data set; thread-safe; open one per process.
+
+    ``name``, ``tier_url`` and ``source`` default to ``$ALNAIR_DATASET``,
+    ``$ALNAIR_CACHE_REDIS_URL`` and ``$ALNAIR_DATASET_SOURCE`` (what ``alnair run --dataset``
+    sets). ``source`` is needed only when the tier cannot say where the data come from.
+    """
+
+    def __init__(self, name: str | None = None, *, tier_url: str | None = None,
+                 source: str | None = None, prefix: str | None = None,
+                 s3_options: dict[str, Any] | None = None, write_back: bool = True,
+                 threads: int = 8, breaker_seconds: float = 5.0, timeout: float = 1.0,
+                 budget_bytes: int = 0) -> None:
+        self.name = name or os.environ.get(ENV_DATASET, "")
+        if not self.name:
+            raise InvalidSpecError(f"no data set named: pass name= or set ${ENV_DATASET}")
+        url = tier_url or os.environ.get(ENV_TIER_URL)
+        self.prefix = prefix or os.environ.get(ENV_PREFIX, "alnair")
+        self.stats = ReadStats()
+        self._breaker_seconds = breaker_seconds
+        self._down_until = 0.0
+        self._write_back = write_back
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alnair-read")
+        self._writing: set[str] = set()
+        self._write_futures: set[Future[None]] = set()
+        self._lock = threading.Lock()
+        self.tier: RedisTier | None = None
+        meta: dict[str, str] = {}
+        self._manifest: dict[str, FileEntry] = {}
+        if url:
+            try:
+                self.tier = RedisTier.from_url(url, budget_bytes=budget_bytes, prefix=self.prefix,
+                                               timeout=timeout)
+                meta = self.tier.meta(self.name)
+                self._manifest = self.tier.manifest(self.name)
+            except TierUnavailableError:
+                self._trip()
+        self._known = bool(meta)
+        if self.tier is not None and not budget_bytes:
+            self.tier.budget_bytes = int(meta.get("budget_bytes", 0))  # the hydrator's
+        uri = meta.get("source") or source or os.environ.get(ENV_SOURCE, "")
+        if not uri:
+            raise InvalidSpecError(
+                f"data set {self.name!r}: the tier does not know it and no source was given "
+                f"(source= or ${ENV_SOURCE})")
+        self.source: Source = open_source(
+            uri, include=json.loads(meta.get("include", "[]")),
+            exclude=json.loads(meta.get("exclude", "[]")), s3_options=s3_options)
+        self._files: dict[str, SourceFile] = {}
+        if meta.get("phase") == "ready" and self._manifest:
+            self._files = {p: SourceFile(p, e.size, e.version) for p, e in self._manifest.items()}
+        else:
+            self._files = {f.path: f for f in self.source.list()}
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def files(self) -> list[str]:
+        """Every file of the data set, sorted (the order samples are numbered in)."""
+        return sorted(self._files)
+
+    def size(self, path: str) -> int:
+        return self._file(path).size
+
+    def _file(self, path: str) -> SourceFile:
+        try:
+            return self._files[path]
+        except KeyError:
+            raise FileNotFoundError(f"{path!r} is not in data set {self.name!r}") from None
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``start``..``end`` of a file (all of it by default)."""
+        file = self._file(path)
+        end = file.size if end is None else min(end, file.size)
+        if end <= start:
+            return b""  # an empty file or range needs neither tier nor source
+        data = self._from_tier(file, start, end)
+        if data is not None:
+            self.stats.count(hit=True, size=len(data))
+            return data
+        data = self.source.read(file, start, end)
+        self.stats.count(hit=False, size=len(data))
+        self._maybe_write_back(file)
+        return data
+
+    def iter_files(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[tuple[str, bytes]]:
+        """``(path, bytes)`` in the order given, reading up to ``ahead`` files in advance on
+        the reader's threads (prefetch)."""
+        pending: list[tuple[str, Future[bytes]]] = []
+        it = iter(paths)
+        for path in it:
+            pending.append((path, self._pool.submit(self.read, path)))
+            if len(pending) >= ahead:
+                break
+        while pending:
+            path, future = pending.pop(0)
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append((nxt, self._pool.submit(self.read, nxt)))
+            yield path, future.result()
+
+    def _from_tier(self, file: SourceFile, start: int, end: int) -> bytes | None:
+        if self.tier is None or time.monotonic() < self._down_until:
+            return None
+        try:
+            entry = self._manifest.get(file.path)
+            if entry is None or entry.version != file.version:
+                entry = self.tier.file_entry(self.name, file.path)
+                if entry is None or entry.version != file.version:
+                    return None
+                self._manifest[file.path] = entry
+            span = entry.chunk_span(start, end)
+            chunks = self.tier.get_chunks([entry.chunks[i] for i in span])
+        except TierUnavailableError:
+            self._trip()
+            return None
+        if any(c is None for c in chunks):
+            return None  # freed or lost since the entry was read: the source has it
+        first = span.start * entry.chunk_bytes
+        data = b"".join(chunks)  # type: ignore[arg-type]
+        return data[start - first:end - first]
+
+    def _maybe_write_back(self, file: SourceFile) -> None:
+        if not (self._write_back and self._known and self.tier is not None):
+            return
+        if time.monotonic() < self._down_until:
+            return
+        with self._lock:
+            if file.path in self._writing:
+                return
+            self._writing.add(file.path)
+        future = self._pool.submit(self._write, file)
+        with self._lock:
+            self._write_futures.add(future)
+        future.add_done_callback(self._write_futures.discard)
+
+    def _write(self, file: SourceFile) -> None:
+        assert self.tier is not None
+        try:
+            if self.tier.meta(self.name):  # not removed meanwhile
+                if self.tier.budget_bytes == 0:
+                    return
+                result = store_file(self.tier, self.name, self.source, file, Budget(self.tier))
+                self._manifest[file.path] = result.entry
+                with self.stats._lock:
+                    self.stats.written_back += 1
+        except TierUnavailableError:
+            self._trip()
+        except DatasetError:
+            pass  # over budget or changed: the next read goes to the source again
+        finally:
+            with self._lock:
+                self._writing.discard(file.path)
+
+    def _trip(self) -> None:
+        with self.stats._lock:
+            self.stats.tier_errors += 1
+        self._down_until = time.monotonic() + self._breaker_seconds
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the write-backs started so far are done (close() abandons them)."""
+        with self._lock:
+            pending = list(self._write_futures)
+        for future in pending:
+            future.exception(timeout)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.tier is not None:
+            self.tier.close()
+
+    def __enter__(self) -> DatasetReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,63 @@
+"""A data set as numbered samples, for PyTorch's DataLoader (or anything map-style).
+
+:class:`CachedSamples` needs no torch: a DataLoader takes any object with ``__len__`` and
+``__getitem__``. It pickles without its reader (threads and sockets do not cross into a
+worker process) and opens one lazily in each worker, so ``num_workers`` > 0 just works.
+:func:`loader_options` is the DataLoader configuration that keeps the GPU fed from the
+cache: several workers, each prefetching, kept alive across epochs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._reader import DatasetReader
+
+
+class CachedSamples:
+    """Sample ``i`` is ``transform(bytes of the i-th file)`` (files in sorted order)."""
+
+    def __init__(self, dataset: str | None = None, *, transform: Callable[[bytes], Any] | None = None,
+                 include: Callable[[str], bool] | None = None, **reader_options: Any) -> None:
+        self.dataset = dataset
+        self.transform = transform
+        self.reader_options = reader_options
+        self._reader: DatasetReader | None = None
+        self._pid = os.getpid()
+        files = self.reader.files()
+        self.paths = [p for p in files if include is None or include(p)]
+
+    @property
+    def reader(self) -> DatasetReader:
+        if self._reader is None or self._pid != os.getpid():
+            self._reader, self._pid = DatasetReader(self.dataset, **self.reader_options), os.getpid()
+        return self._reader
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Any:
+        data = self.reader.read(self.paths[index])
+        return self.transform(data) if self.transform is not None else data
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_reader"] = None
+        return state
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def loader_options(*, workers: int | None = None, batch_size: int = 32) -> dict[str, Any]:
+    """Keyword arguments for ``torch.utils.data.DataLoader`` reading through the cache."""
+    workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+    options: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers,
+                               "shuffle": True}
+    if workers:
+        options |= {"prefetch_factor": 4, "persistent_workers": True}
+    return options

@@ -1,0 +1,129 @@
+"""The data client against real redis-server, Redis Cluster and versitygw: every byte read
+equals the source's, whether the data set is cached, half-cached, not cached, or its tier
+dies while it is read."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import fsspec
+import pytest
+from cache_support import MIB, hydrate_directly, upload, write_dataset
+
+from alnair_dataset import CachedSamples, DatasetReader, RedisTier, connect, loader_options
+
+
+def tier_of(url: str) -> RedisTier:
+    return RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+
+
+@pytest.fixture
+def data(tmp_path):
+    files = write_dataset(tmp_path / "src", files=6, size=MIB + 333)
+    files.update(write_dataset(tmp_path / "src", files=20, size=5000, sub="small", seed=2))
+    (tmp_path / "src" / "empty.bin").write_bytes(b"")
+    files["empty.bin"] = b""
+    return tmp_path / "src", files
+
+
+@pytest.mark.parametrize("state", ["cached", "half", "not-cached", "unknown-to-tier"])
+def test_every_byte_read_equals_the_source_in_every_state(redis_node, data, state):
+    root, files = data
+    url = redis_node().url
+    tier = tier_of(url)
+    uri = f"file://{root}"
+    if state != "unknown-to-tier":
+        only = {"cached": None, "half": 10, "not-cached": 0}[state]
+        hydrate_directly(tier, "ds", uri, only=only,
+                         phase="ready" if state == "cached" else "hydrating")
+    with DatasetReader("ds", tier_url=url, prefix="t", source=uri) as reader:
+        assert reader.files() == sorted(files)
+        for path, got in reader.iter_files(reader.files(), ahead=4):
+            assert got == files[path], path
+        first_pass_hits = reader.stats.hits
+        rng = random.Random(3)
+        for path in rng.sample(sorted(files), 8):  # ranges across chunk boundaries
+            size = len(files[path])
+            a = rng.randrange(0, size + 1)
+            b = rng.randrange(a, size + 1)
+            assert reader.read(path, a, b) == files[path][a:b]
+        stats = reader.stats
+        if state == "cached":
+            assert stats.misses == 0 and stats.hits > 0
+        if state in ("not-cached", "unknown-to-tier"):
+            assert first_pass_hits == 0
+
+
+def test_a_miss_is_written_back_and_the_next_epoch_hits(redis_node, data):
+    root, files = data
+    url = redis_node().url
+    tier = tier_of(url)
+    hydrate_directly(tier, "ds", f"file://{root}", only=5, phase="hydrating")
+    with DatasetReader("ds", tier_url=url, prefix="t") as first:
+        for path, got in first.iter_files(first.files()):
+            assert got == files[path]
+        first.flush(timeout=30)
+    assert first.stats.written_back > 0
+    assert set(tier.manifest("ds")) == set(files)
+    with DatasetReader("ds", tier_url=url, prefix="t") as second:
+        for path, got in second.iter_files(second.files()):
+            assert got == files[path]
+        assert second.stats.misses == 0
+
+
+def test_killing_the_redis_server_while_reading_falls_back_to_the_source(redis_node, data):
+    root, files = data
+    node = redis_node()
+    hydrate_directly(tier_of(node.url), "ds", f"file://{root}")
+    read = {}
+    with DatasetReader("ds", tier_url=node.url, prefix="t", breaker_seconds=60) as reader:
+        paths = reader.files()
+        for i, (path, got) in enumerate(reader.iter_files(paths, ahead=2)):
+            if i == 5:
+                node.kill()
+            read[path] = got
+        assert reader.stats.hits >= 5 and reader.stats.misses > 0 and reader.stats.tier_errors >= 1
+    assert read == files
+
+
+def test_losing_one_server_of_a_cluster_loses_only_its_chunks(redis_cluster, data):
+    root, files = data
+    plane = redis_cluster(masters=3)
+    hydrate_directly(tier_of(plane.url), "ds", f"file://{root}")
+    plane.nodes[2].kill()
+    with DatasetReader("ds", tier_url=plane.url, prefix="t", breaker_seconds=0.0,
+                       timeout=0.5, write_back=False) as reader:
+        for path in reader.files():
+            assert reader.read(path) == files[path]
+
+
+def test_s3_misses_are_read_from_the_bucket(redis_node, s3_server, tmp_path):
+    files = write_dataset(tmp_path / "gen", files=3, size=MIB + 1)
+    bucket = s3_server.make_bucket()
+    upload(s3_server.client(), bucket, "p", files)
+    url = redis_node().url
+    with DatasetReader("s3ds", tier_url=url, prefix="t", source=f"s3://{bucket}/p",
+                       s3_options=s3_server.client_options()) as reader:
+        assert {p: reader.read(p) for p in reader.files()} == files
+        assert reader.stats.source_bytes == sum(map(len, files.values()))
+
+
+def test_fsspec_and_map_style_samples_read_the_same_bytes(redis_node, data):
+    root, files = data
+    url = redis_node().url
+    hydrate_directly(tier_of(url), "ds", f"file://{root}", only=12, phase="hydrating")
+    fs = fsspec.filesystem("alnair", dataset="ds", tier_url=url, prefix="t")
+    assert fs.ls("", detail=False) == ["empty.bin", "small", "train"]
+    assert len(fs.ls("small")) == 20 and fs.isdir("train") and fs.size("train/part-001.bin") == MIB + 1333
+    with fs.open("train/part-002.bin", block_size=1 << 16) as f:
+        f.seek(MIB - 10)
+        assert f.read(20) == files["train/part-002.bin"][MIB - 10:MIB + 10]
+    assert fs.cat_file("small/part-003.bin", -100) == files["small/part-003.bin"][-100:]
+
+    samples = CachedSamples("ds", tier_url=url, prefix="t", transform=len)
+    clone = pickle.loads(pickle.dumps(samples))  # as a DataLoader worker gets it
+    assert [clone[i] for i in range(len(clone))] == [len(files[p]) for p in sorted(files)]
+    samples.close()
+    clone.close()
+    assert loader_options(workers=2)["persistent_workers"] is True
