@@ -4,6 +4,7 @@ The public door: the CLI reads job files and renders states through these names,
 controller, the CLI and the status agree on one spec and one state table (``TABLE``).
 """
 
+from ._allocator import ElasticDemand, FreeCard, Hysteresis, ScalingCurve, allocate, fits
 from ._errors import ElasticJobError, JobSpecError, TransitionError
 from ._job_codec import from_mapping, from_proto, from_yaml, to_proto
 from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest
@@ -29,12 +30,14 @@ from ._service import ElasticJobService
 from ._state_codec import Submit, command_from_proto, phase_from_proto, state_to_proto
 
 __all__ = [
-    "TABLE",
     "CapacityChanged",
     "Deadlines",
     "DeleteCommand",
+    "ElasticDemand",
     "ElasticJobError",
     "ElasticJobService",
+    "FreeCard",
+    "Hysteresis",
     "JobInput",
     "JobSpecError",
     "JobStatus",
@@ -44,7 +47,9 @@ __all__ = [
     "RendezvousComplete",
     "RestartPolicy",
     "ScaleCommand",
+    "ScalingCurve",
     "Submit",
+    "TABLE",
     "Tick",
     "TrainingJob",
     "TransitionError",
@@ -52,7 +57,9 @@ __all__ = [
     "WorkerRequest",
     "WorkerStarted",
     "WorkersPlaced",
+    "allocate",
     "command_from_proto",
+    "fits",
     "from_mapping",
     "from_proto",
     "from_yaml",
