@@ -350,3 +350,47 @@ class JobCommand(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
 
 Global___JobCommand: _TypeAlias = JobCommand  # noqa: Y015
+
+@_typing.final
+class RendezvousRound(_message.Message):
+    """A round of a job's rendezvous closed (torch elastic c10d), on `alnair.job.<name>.rendezvous`.
+    Published by the adapter that hosts the job's rendezvous endpoint, outside the workers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    OBSERVED_AT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    round: _builtins.int
+    """Grows with each closed round of this job."""
+    source: _builtins.str
+    """Adapter that observed it: "kube-bridge" or "local-agent@<host>"."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Workload uids of the round's members: its world."""
+
+    @_builtins.property
+    def observed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        round: _builtins.int = ...,
+        members: _abc.Iterable[_builtins.str] | None = ...,
+        observed_at: _timestamp_pb2.Timestamp | None = ...,
+        source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "name", b"name", "namespace", b"namespace", "observed_at", b"observed_at", "round", b"round", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RendezvousRound: _TypeAlias = RendezvousRound  # noqa: Y015

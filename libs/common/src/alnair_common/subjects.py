@@ -112,7 +112,8 @@ S = SubjectSpec
 SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.workload.events", workload_pb2.WorkloadEvent, Transport.STREAM,
       "Lifecycle of every workload (pod or local process).", stream="WORKLOADS",
-      publishers=ADAPTERS, readers=("scheduler", "device-plugin", "exporter", "profiler")),
+      publishers=ADAPTERS,
+      readers=("scheduler", "device-plugin", "exporter", "profiler", "elastic-job")),
     S("alnair.workload.submit", workload_pb2.Workload, Transport.STREAM,
       "A local workload asks to be scheduled (`alnair run`).", stream="WORKLOADS",
       publishers=("cli",), readers=("local-agent",)),
@@ -153,6 +154,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.cmd.job.<name>", job_pb2.JobCommand, Transport.STREAM,
       "Submit, scale or delete a training job (`alnair job`).", stream="COMMANDS",
       publishers=("cli",), readers=("elastic-job",)),
+    S("alnair.job.<name>.rendezvous", job_pb2.RendezvousRound, Transport.STREAM,
+      "A round of a training job's rendezvous closed, with its members.", stream="JOBS",
+      publishers=ADAPTERS, readers=("elastic-job",)),
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
       "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
@@ -178,7 +182,8 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("COMMANDS", ("alnair.cmd.>",), "Commands to adapters and their results."),
     StreamSpec("INVENTORY", ("alnair.node.*.inventory",), "Node GPU inventories."),
     StreamSpec("SCHEDULING", ("alnair.sched.>",), "Scheduling decisions and failures."),
-    StreamSpec("JOBS", ("alnair.job.*.state",), "Training job states."),
+    StreamSpec("JOBS", ("alnair.job.*.state", "alnair.job.*.rendezvous"),
+               "Training job states and rendezvous rounds."),
     StreamSpec("PROFILES", ("alnair.profile.>",), "Finished workload profiles."),
     StreamSpec("CACHE", ("alnair.cache.*.status", "alnair.cache.requests"),
                "Dataset cache requests and status."),
@@ -321,6 +326,10 @@ def job_state(name: str) -> str:
 
 def job_command(name: str) -> str:
     return f"alnair.cmd.job.{token(name)}"
+
+
+def job_rendezvous(name: str) -> str:
+    return f"alnair.job.{token(name)}.rendezvous"
 
 
 def profile_completed() -> str:
