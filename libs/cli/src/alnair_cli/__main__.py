@@ -17,6 +17,7 @@ from alnair.v1 import platform_pb2
 from alnair_common import AlnairError, ConfigError, subjects
 from alnair_common.config import default_data_dir
 
+from ._dataset import DatasetCommandError, dataset_app, with_dataset
 from ._events import tail
 from ._logs import show_logs
 from ._platform import BusTarget, PlatformInfo
@@ -29,6 +30,7 @@ from ._workloads import all_workloads, workspace
 
 app = typer.Typer(help="Alnair: share GPUs between AI workloads.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(dataset_app, name="dataset")
 out = Console()
 err = Console(stderr=True)
 
@@ -149,6 +151,8 @@ def run(
                     ] = None,
     wait: Annotated[float | None, typer.Option(
         min=0.1, help="Give up (and withdraw) if not placed within this many seconds.")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        help="A cached data set the workload reads (alnair_dataset finds it by name).")] = None,
     data_dir: DataDir = default_data_dir(),
     nats_url: NatsUrl = None,
 ) -> None:
@@ -158,6 +162,11 @@ def run(
     except RunError as e:
         raise fail(str(e), code=2) from e
     target = resolve_nats(data_dir, nats_url)
+    if dataset:
+        try:
+            request = with_dataset(request, target, dataset)
+        except DatasetCommandError as e:
+            raise fail(str(e), code=2) from e
 
     async def _run() -> int:
         bus = await target.connect()

@@ -1,0 +1,307 @@
+"""``alnair dataset add/ls/rm`` and what ``alnair run --dataset`` hands the workload.
+
+The CLI never touches the tier: it asks the cache hydrator on ``alnair.cache.requests``
+and follows the answer in the ``cache_datasets`` bucket (the status that names its request
+id) or on the hydrator's error subject (a request refused, e.g. a name already used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from alnair.v1 import cache_pb2, platform_pb2
+from alnair_common import AlnairError, Bus, PermanentError, TypedKV, subjects
+from alnair_common.config import default_data_dir
+
+from ._platform import BusTarget, PlatformInfo
+from ._run import RunRequest
+
+BUCKET = "cache_datasets"
+PHASES = {cache_pb2.CACHE_PHASE_PENDING: "pending", cache_pb2.CACHE_PHASE_HYDRATING: "hydrating",
+          cache_pb2.CACHE_PHASE_READY: "ready", cache_pb2.CACHE_PHASE_FAILED: "failed",
+          cache_pb2.CACHE_PHASE_REMOVED: "removed"}
+DONE = (cache_pb2.CACHE_PHASE_READY, cache_pb2.CACHE_PHASE_FAILED)
+ACCEPT_TIMEOUT = 15.0
+"""Seconds to wait for the hydrator to acknowledge a request before saying it is not running."""
+DEFAULT_TIER_URL = "redis://127.0.0.1:6379/0"
+
+dataset_app = typer.Typer(help="Cache data sets close to the GPUs (S3 or a local/NFS directory).",
+                          no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+DataDir = Annotated[Path, typer.Option("--data-dir", envvar="ALNAIR_HOME",
+                                       help="Where the local platform keeps its state.")]
+NatsUrl = Annotated[str | None, typer.Option("--nats-url", envvar="ALNAIR_NATS_URL",
+                                             help="Bus to talk to (default: the running platform's).")]
+
+
+class DatasetCommandError(PermanentError):
+    """The hydrator refused a request, or a data set is not there; exit 2."""
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _target(data_dir: Path, nats_url: str | None) -> BusTarget:
+    if nats_url:
+        return BusTarget.find(data_dir, nats_url)
+    info = PlatformInfo.read(data_dir)
+    if info is None:
+        raise _fail(f"Alnair is not running from {data_dir}: start it with `alnair up` "
+                    "(or pass --nats-url)")
+    return BusTarget.find(data_dir, info.nats_url)
+
+
+def gib(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+# -- talking to the hydrator -----------------------------------------------------------------
+
+
+class _Answers:
+    """The hydrator's error events naming a data set, collected while a command waits."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.refusals: list[str] = []
+
+    async def follow(self, bus: Bus) -> None:
+        async def on_error(_subject: str, event: platform_pb2.ErrorEvent) -> None:
+            if f"'{self.name}'" in event.message:
+                self.refusals.append(event.message)
+
+        await bus.subscribe(subjects.error("cache-hydrator"), platform_pb2.ErrorEvent, on_error)
+
+
+async def _bucket(bus: Bus) -> TypedKV[cache_pb2.CacheDatasetStatus]:
+    return await TypedKV.open(bus, BUCKET, cache_pb2.CacheDatasetStatus)
+
+
+async def _status(kv: TypedKV[cache_pb2.CacheDatasetStatus],
+                  name: str) -> cache_pb2.CacheDatasetStatus | None:
+    found = await kv.get(name)
+    return None if found is None else found.value
+
+
+async def add_dataset(bus: Bus, spec: cache_pb2.CacheDatasetSpec, *, wait: bool,
+                      timeout: float, progress: Progress | None = None
+                      ) -> cache_pb2.CacheDatasetStatus:
+    """Ask for ``spec``; return its status once accepted (or, with ``wait``, once READY or
+    FAILED). DatasetCommandError if refused; TimeoutError if nobody answers."""
+    answers = _Answers(spec.name)
+    await answers.follow(bus)
+    kv = await _bucket(bus)
+    request_id = uuid.uuid4().hex
+    await bus.publish(subjects.cache_requests(),
+                      cache_pb2.CacheDatasetRequest(request_id=request_id, add=spec))
+    loop = asyncio.get_running_loop()
+    accepted_by = loop.time() + min(timeout, ACCEPT_TIMEOUT)
+    deadline = loop.time() + timeout
+    task = progress.add_task(spec.name, total=None) if progress is not None else None
+    while True:
+        if answers.refusals:
+            raise DatasetCommandError(answers.refusals[0])
+        status = await _status(kv, spec.name)
+        mine = status is not None and status.request_id == request_id
+        if mine and status is not None:
+            if progress is not None and task is not None:
+                progress.update(task, total=status.total_bytes or None,
+                                completed=status.cached_bytes,
+                                description=f"{spec.name} {PHASES.get(status.phase, '?')}")
+            if not wait or status.phase in DONE:
+                return status
+        now = loop.time()
+        if not mine and now > accepted_by:
+            raise TimeoutError(f"the cache hydrator did not answer within "
+                               f"{min(timeout, ACCEPT_TIMEOUT):.0f} s: is it running "
+                               "(`alnair status`)?")
+        if now > deadline:
+            raise TimeoutError(f"data set {spec.name!r} not hydrated within {timeout:.0f} s; "
+                               "it goes on in the background (`alnair dataset ls`)")
+        await asyncio.sleep(0.1)
+
+
+async def remove_dataset(bus: Bus, name: str, *, timeout: float) -> None:
+    answers = _Answers(name)
+    await answers.follow(bus)
+    kv = await _bucket(bus)
+    if await _status(kv, name) is None:
+        raise DatasetCommandError(f"there is no data set {name!r} (see `alnair dataset ls`)")
+    await bus.publish(subjects.cache_requests(), cache_pb2.CacheDatasetRequest(
+        request_id=uuid.uuid4().hex, remove=cache_pb2.CacheDatasetRemove(name=name)))
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await _status(kv, name) is not None:
+        if answers.refusals:
+            raise DatasetCommandError(answers.refusals[0])
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"data set {name!r} not removed within {timeout:.0f} s: is the "
+                               "cache hydrator running (`alnair status`)?")
+        await asyncio.sleep(0.1)
+
+
+async def list_datasets(bus: Bus) -> list[cache_pb2.CacheDatasetStatus]:
+    kv = await _bucket(bus)
+    found = [await _status(kv, key) for key in sorted(await kv.keys())]
+    return [s for s in found if s is not None]
+
+
+def datasets_table(statuses: list[cache_pb2.CacheDatasetStatus]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "PHASE", "PROGRESS", "CACHED", "FILES", "DEDUP SAVED", "SOURCE",
+                   "MESSAGE"):
+        table.add_column(column)
+    for s in statuses:
+        phase = PHASES.get(s.phase, "?")
+        style = {"ready": "green", "failed": "red"}.get(phase, "yellow")
+        table.add_row(s.dataset, f"[{style}]{phase}[/]", f"{s.progress:.0%}",
+                      f"{gib(s.cached_bytes)} / {gib(s.total_bytes)}",
+                      f"{s.files_cached}/{s.files_total}", gib(s.dedup_saved_bytes), s.source,
+                      (f"{s.reason}: " if s.reason else "") + s.message)
+    return table
+
+
+def as_json(s: cache_pb2.CacheDatasetStatus) -> dict[str, object]:
+    return {"name": s.dataset, "phase": PHASES.get(s.phase, "?"), "reason": s.reason,
+            "message": s.message, "source": s.source, "total_bytes": s.total_bytes,
+            "cached_bytes": s.cached_bytes, "files_total": s.files_total,
+            "files_cached": s.files_cached, "dedup_saved_bytes": s.dedup_saved_bytes,
+            "progress": s.progress}
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def _on_bus(target: BusTarget, work):  # type: ignore[no-untyped-def]
+    async def _go():  # type: ignore[no-untyped-def]
+        bus = await target.connect()
+        try:
+            return await work(bus)
+        finally:
+            await bus.drain()
+
+    return asyncio.run(_go())
+
+
+@dataset_app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="The data set's name (what readers ask for).")],
+    source: Annotated[str, typer.Argument(help="s3://bucket/prefix or file:///path")],
+    include: Annotated[list[str] | None, typer.Option(help="Only paths matching (glob).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Not paths matching (glob).")] = None,
+    pin: Annotated[bool, typer.Option(help="Never evict it.")] = False,
+    detach: Annotated[bool, typer.Option(help="Return once accepted; do not follow.")] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds to follow the hydration.")
+                       ] = 3600.0,
+    data_dir: DataDir = default_data_dir(),
+    nats_url: NatsUrl = None,
+) -> None:
+    """Cache a data set; follow its hydration with a progress bar."""
+    if source.startswith("file://") is False and source.startswith("s3://") is False:
+        raise _fail(f"source {source!r}: use s3://bucket/prefix or file:///absolute/path", 2)
+    if source.startswith("file://") and not source.startswith("file:///"):
+        source = "file://" + str(Path(source[len("file://"):]).resolve())
+    spec = cache_pb2.CacheDatasetSpec(name=name, source=source, include=include or [],
+                                      exclude=exclude or [], pin=pin,
+                                      owner=os.environ.get("USER", ""))
+    target = _target(data_dir, nats_url)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn())
+    try:
+        with Progress(*columns, console=err, transient=False, disable=detach) as progress:
+            status = _on_bus(target, lambda bus: add_dataset(
+                bus, spec, wait=not detach, timeout=timeout, progress=progress))
+    except DatasetCommandError as e:
+        raise _fail(str(e), 2) from e
+    except (AlnairError, TimeoutError) as e:
+        raise _fail(f"alnair dataset add: {e}") from e
+    phase = PHASES.get(status.phase, "?")
+    if status.phase == cache_pb2.CACHE_PHASE_FAILED:
+        raise _fail(f"data set {name!r} failed ({status.reason}): {status.message}")
+    out.print(f"{name}: {phase}. {status.message}", highlight=False)
+
+
+@dataset_app.command("ls")
+def ls(
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    data_dir: DataDir = default_data_dir(),
+    nats_url: NatsUrl = None,
+) -> None:
+    """List cached data sets: phase, progress, sizes, dedup savings."""
+    target = _target(data_dir, nats_url)
+    try:
+        statuses = _on_bus(target, list_datasets)
+    except AlnairError as e:
+        raise _fail(f"alnair dataset ls: {e}") from e
+    if json_output:
+        print(json.dumps([as_json(s) for s in statuses], indent=2))
+    else:
+        out.print(datasets_table(statuses))
+
+
+@dataset_app.command("rm")
+def rm(
+    name: Annotated[str, typer.Argument(help="The data set to remove.")],
+    timeout: Annotated[float, typer.Option(min=1)] = 120.0,
+    data_dir: DataDir = default_data_dir(),
+    nats_url: NatsUrl = None,
+) -> None:
+    """Remove a data set; its chunks are freed unless other data sets share them."""
+    target = _target(data_dir, nats_url)
+    try:
+        _on_bus(target, lambda bus: remove_dataset(bus, name, timeout=timeout))
+    except DatasetCommandError as e:
+        raise _fail(str(e), 2) from e
+    except (AlnairError, TimeoutError) as e:
+        raise _fail(f"alnair dataset rm: {e}") from e
+    out.print(f"{name}: removed")
+
+
+# -- alnair run --dataset ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetRunRequest(RunRequest):
+    """A run request whose workload also gets what the data client reads (alnair_dataset)."""
+
+    dataset_env: dict[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:  # type: ignore[override]
+        return {**RunRequest.environment(), **self.dataset_env}
+
+
+def dataset_environment(status: cache_pb2.CacheDatasetStatus) -> dict[str, str]:
+    """The variables alnair_dataset.DatasetReader reads: the name, the tier, the source."""
+    return {"ALNAIR_DATASET": status.dataset, "ALNAIR_DATASET_SOURCE": status.source,
+            "ALNAIR_CACHE_REDIS_URL": os.environ.get("ALNAIR_CACHE_REDIS_URL", DEFAULT_TIER_URL),
+            "ALNAIR_CACHE_PREFIX": os.environ.get("ALNAIR_CACHE_PREFIX", "alnair")}
+
+
+def with_dataset(request: RunRequest, target: BusTarget, name: str) -> DatasetRunRequest:
+    """``request`` plus the data set's environment; DatasetCommandError if it is unknown."""
+    async def lookup(bus: Bus) -> cache_pb2.CacheDatasetStatus | None:
+        return await _status(await _bucket(bus), name)
+
+    status = _on_bus(target, lookup)
+    if status is None:
+        raise DatasetCommandError(f"--dataset {name!r}: no such data set; add it first with "
+                                  f"`alnair dataset add {name} SOURCE`")
+    return DatasetRunRequest(request.command, request.memory_gib, request.compute_percent,
+                             request.name, request.uid, dataset_environment(status))
