@@ -53,7 +53,7 @@ def event(uid: str, phase: int, memory: int, compute: int, seq: int,
         request=common_pb2.GpuRequest(memory_gib=memory, compute_percent=compute),
         scheduler_name="alnair-scheduler", phase=phase, created_at=now_ts(),
         labels={"alnair.centaurus.io/pod-group": group} if group else {})
-    return workload_pb2.WorkloadEvent(workload=w, observed_at=now_ts(), sequence=seq, source="bench")
+    return workload_pb2.WorkloadEvent(workload=w, observed_at=now_ts(), sequence=seq, source="kube-bridge")
 
 
 async def inventories(bus: Bus, nodes: int, gpus: int, memory_gib: int) -> None:

@@ -90,9 +90,6 @@ async def test_bind_decision_for_a_card_that_would_be_over_capacity_is_refused(b
     await committed_assignment(bus, victim.workload, victim.assignment)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the device plugin's _service.py to call "
-                   "committed_assignment in _on_bind (and _on_workload_event); remove this "
-                   "mark once it does")
 async def test_plugin_does_not_index_a_forged_bind_decision(two_gpu_env: PluginEnv) -> None:
     env = two_gpu_env
     before = refused("not-committed")
@@ -104,8 +101,6 @@ async def test_plugin_does_not_index_a_forged_bind_decision(two_gpu_env: PluginE
     await wait_for(lambda: _counted(before), timeout=5, what="the refusal counted")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the device plugin's _service.py to call "
-                   "committed_assignment in _on_workload_event; remove this mark once it does")
 async def test_plugin_does_not_index_an_assignment_annotation_the_scheduler_never_committed(
         two_gpu_env: PluginEnv) -> None:
     """A tenant's pod that names its own card in ``ai.centaurus.io/gpu-assignment``:

@@ -200,7 +200,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
                "a restarted adapter neither repeats nor skips a transition.",
                writers=ADAPTERS, readers=("scheduler",)),
     BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
-               writers=("kube-bridge",)),
+               writers=("kube-bridge",), readers=("scheduler",)),
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes.",
                writers=("cache-hydrator",)),

@@ -27,7 +27,7 @@ from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
 from . import _metrics
 from ._allocator import Allocator, ContainerPaths
-from ._assignments import Assignment, AssignmentIndex, assignment_from_proto
+from ._assignments import Assignment, AssignmentIndex, committed_assignment
 from ._device_state import DeviceState
 from ._kubelet_link import KubeletLink
 from ._plugin_server import ResourcePlugin
@@ -156,8 +156,11 @@ class DevicePluginService(Service):
     async def _on_bind(self, _: str, decision: scheduling_pb2.BindDecision) -> None:
         if decision.assignment.node != self.node:
             return
-        assignment = assignment_from_proto(decision.workload, decision.assignment)
-        self._keep(assignment)
+        assert self.bus is not None
+        # Only a share the scheduler committed is handed to a container (a forged decision,
+        # or one over the card's capacity, is refused, counted and terminated).
+        self._keep(await committed_assignment(self.bus, decision.workload, decision.assignment,
+                                              self._current().gpus))
 
     async def _on_workload_event(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
         assert self.index is not None and self.workspaces is not None
@@ -171,7 +174,9 @@ class DevicePluginService(Service):
                     self.log.info("workspace removed", workload=uid, phase=phase)
             return
         if workload.HasField("assignment") and workload.assignment.node == self.node:
-            self._keep(assignment_from_proto(workload.ref, workload.assignment))
+            # The event's assignment comes from the pod's annotation, which a tenant may write.
+            self._keep(await committed_assignment(self.bus, workload.ref, workload.assignment,
+                                                  self._current().gpus))
 
     def _keep(self, assignment: Assignment) -> None:
         assert self.index is not None

@@ -2,18 +2,26 @@
 
 On start the model is rebuilt before anything is placed: committed shares from the
 ``gpu_allocations`` bucket, inventories from the ``node_inventory`` bucket (watched for
-changes) and the INVENTORY stream, then the full history of workload and PodGroup events is
-replayed (the replaying consumers read the streams from their start each time). Only when
-the watch and those consumers have caught up with what existed at start does the placement
-cycle start — see ``_engine``.
+changes), every workload's and PodGroup's last state from the ``workload_states`` and
+``podgroup_states`` buckets the adapters keep, then the streams' events from a little before
+that read (``replay_overlap_seconds``). What a restart reads is the current state, not every
+workload that ever ran. Only when the watch and those consumers have caught up with what
+existed at start does the placement cycle start — see ``_engine``.
+
+The overlap covers the moment between an adapter publishing an event and writing its record
+(``LifecyclePublisher`` publishes first): an event whose record is not written yet when the
+buckets are read is still in the overlap window of the stream.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Literal, TypeVar
 
+from google.protobuf.message import Message
 from pydantic import Field
 
 from alnair.v1 import commands_pb2, inventory_pb2, metrics_pb2, scheduling_pb2, workload_pb2
@@ -21,6 +29,7 @@ from alnair_common import (
     DurableConsumer,
     KVWatch,
     NotCaughtUpError,
+    PermanentError,
     Service,
     ServiceSettings,
     TypedKV,
@@ -35,6 +44,9 @@ from ._store import AllocationStore
 from ._utilisation import UtilisationTracker
 
 INVENTORY_BUCKET = "node_inventory"
+WORKLOAD_STATES_BUCKET = "workload_states"
+PODGROUP_STATES_BUCKET = "podgroup_states"
+M = TypeVar("M", bound=Message)
 
 
 class SchedulerSettings(ServiceSettings):
@@ -48,6 +60,9 @@ class SchedulerSettings(ServiceSettings):
     utilisation_window_seconds: float = Field(60.0, gt=0, le=3600)
     tick_seconds: float = Field(1.0, gt=0, le=60, description="Longest pause between cycles")
     replay_timeout_seconds: float = Field(120.0, gt=0)
+    replay_overlap_seconds: float = Field(
+        300.0, gt=0, le=7 * 86400,
+        description="Stream events this far back are read again after the buckets' state")
     gang_reserve_after_seconds: float = Field(
         30.0, ge=0, le=86400,
         description="A complete PodGroup that has not fitted for this long holds later workloads "
@@ -75,6 +90,15 @@ class SchedulerService(Service):
         restored = await self.engine.restore()
         self.health.checks["replay"] = self._check_replay
         watch = await self._watch_inventory_bucket()
+        # State, not history: the last event of every workload and the last state of every
+        # PodGroup, as the adapters keep them, then the streams only from a little before
+        # that read (re-applying an event is harmless: the engine drops what is not news).
+        # A restart thus costs what is current, not every workload that ever ran.
+        recent = datetime.now(UTC) - timedelta(seconds=s.replay_overlap_seconds)
+        restored_workloads = await self._restore_from_bucket(
+            WORKLOAD_STATES_BUCKET, workload_pb2.WorkloadEvent, self._on_workload)
+        restored_gangs = await self._restore_from_bucket(
+            PODGROUP_STATES_BUCKET, commands_pb2.PodGroup, self._on_podgroup)
         p = s.consumer_prefix
         replayed = [
             ("INVENTORY", f"{p}-inventory", "alnair.node.*.inventory", inventory_pb2.NodeInventory,
@@ -88,14 +112,29 @@ class SchedulerService(Service):
         for stream, durable, subject, message_type, handler in replayed:
             replaying.append(await self.consume(DurableConsumer(
                 bus, stream=stream, durable=durable, subject=subject, message_type=message_type,
-                handler=handler, batch=256, fetch_timeout=0.5, from_start=True)))
+                handler=handler, batch=256, fetch_timeout=0.5, start_time=recent)))
         await self.consume(DurableConsumer(
             bus, stream="SCHEDULING", durable=f"{p}-bound", subject=subjects.sched_bound(),
             message_type=scheduling_pb2.BindResult, handler=self._on_bound, fetch_timeout=0.5))
         await bus.subscribe("alnair.metrics.gpu.*", metrics_pb2.NodeSampleBatch, self._on_samples)
         self.spawn(self._activate_after_replay(replaying), "replay-gate")
         self.spawn(self.engine.loop(self._stop, s.tick_seconds), "scheduling-loop")
-        self.log.info("model restored", shares=restored, nodes=len(self.engine.cluster.nodes))
+        self.log.info("model restored", shares=restored, nodes=len(self.engine.cluster.nodes),
+                      workloads=restored_workloads, gangs=restored_gangs)
+
+    async def _restore_from_bucket(self, bucket: str, message_type: type[M],
+                                   handler: Callable[[str, M], Awaitable[None]]) -> int:
+        """Hand every current record of ``bucket`` to ``handler`` as if it had just arrived;
+        a record the engine refuses is logged and skipped, as its event was."""
+        assert self.bus is not None
+        records = await (await TypedKV.open(self.bus, bucket, message_type)).current(
+            timeout=self.settings.replay_timeout_seconds)  # type: ignore[attr-defined]
+        for key, record in records.items():
+            try:
+                await handler(f"$KV.{bucket}.{key}", record)
+            except PermanentError as e:
+                self.log.warning("record not restored", bucket=bucket, key=key, error=str(e))
+        return len(records)
 
     async def _check_replay(self) -> str | None:
         return None if self.engine.active else "replaying workload events"

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import nats.errors
@@ -65,6 +66,7 @@ class DurableConsumer:
         fetch_timeout: float = 1.0,
         concurrency: int = 1,
         from_start: bool = False,
+        start_time: datetime | None = None,
     ) -> None:
         self.bus = bus
         self.stream = stream
@@ -75,7 +77,8 @@ class DurableConsumer:
         self.config = ConsumerConfig(
             durable_name=durable,
             ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
+            deliver_policy=DeliverPolicy.ALL if start_time is None else DeliverPolicy.BY_START_TIME,
+            opt_start_time=None if start_time is None else start_time.astimezone(UTC),
             max_deliver=max_deliver,
             ack_wait=ack_wait,
             filter_subject=subject,
@@ -87,7 +90,9 @@ class DurableConsumer:
         # 1 keeps the stream's order; more settles up to that many messages of a batch at
         # once, for handlers whose messages are independent and slow (API calls).
         self.concurrency = concurrency
-        self.from_start = from_start
+        # Either re-reads from a point (the start, or a time) on every start: the durable's
+        # saved position is dropped.
+        self.from_start = from_start or start_time is not None
         self._catch_up = CatchUp(f"consumer {durable!r} on stream {stream!r}")
         self._near_target = asyncio.Event()
         self._catch_up_task: asyncio.Task[None] | None = None
