@@ -44,7 +44,7 @@ class OfAlive:
     def resolve(self, s: JobStatus) -> object:
         alive = sorted(s.alive)
         if self.what == "rendezvous":
-            return RendezvousComplete(frozenset(alive[:self.i] if self.i else alive))
+            return RendezvousComplete(frozenset(alive[:self.i] if self.i else alive), s.heard_round + 1)
         if self.what == "place":
             fresh = [f"f{n}" for n in range(64) if f"f{n}" not in s.placed | s.ended]
             return WorkersPlaced(frozenset(fresh[:self.i + 1]))
@@ -64,7 +64,7 @@ inputs = st.one_of(
     st.builds(WorkersPlaced, names),
     st.builds(WorkerStarted, name),
     st.builds(WorkerExited, name, codes),
-    st.builds(RendezvousComplete, names),
+    st.builds(RendezvousComplete, names, st.integers(1, 30)),
     st.builds(ScaleCommand, st.integers(0, 6)),
     st.builds(ScaleCommand, st.integers(1, 4)),
     st.just(Tick()),
@@ -189,7 +189,7 @@ def test_failures_beyond_the_policy_end_in_failed(j: TrainingJob, victims: list[
             s = step(j, s, CapacityChanged(j.max_replicas), now)
             new = frozenset(next(fresh) for _ in range(j.max_replicas))
             s = step(j, s, WorkersPlaced(new), now)
-            s = step(j, s, RendezvousComplete(s.alive), now)
+            s = step(j, s, RendezvousComplete(s.alive, s.heard_round + 1), now)
             if s.phase is Phase.RUNNING:
                 break
             now += 100.0  # past any back-off (<= 20 s), within the scheduling timeout (300 s)

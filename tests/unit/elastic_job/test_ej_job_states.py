@@ -52,7 +52,7 @@ class Run:
         self(WorkersPlaced(frozenset(workers)))
         for w in workers:
             self(WorkerStarted(w))
-        return self(RendezvousComplete(frozenset(workers)))
+        return self(RendezvousComplete(frozenset(workers), self.s.heard_round + 1))
 
     @property
     def path(self) -> list[str]:
@@ -67,10 +67,10 @@ def test_a_killed_worker_shrinks_the_job_then_a_replacement_grows_it_back() -> N
     assert (s.phase, s.reason, s.restarts, s.world) == (Phase.RESCALING, "WorkerFailed", 1,
                                                         frozenset("ac"))
     assert "SIGKILL" in s.message and s.target == 3
-    assert r(RendezvousComplete(frozenset("ac"))).world_size == 2 and r.s.phase is Phase.RUNNING
+    assert r(RendezvousComplete(frozenset("ac"), r.s.heard_round + 1)).world_size == 2 and r.s.phase is Phase.RUNNING
     assert r(WorkersPlaced(frozenset("d"))).phase is Phase.RESCALING and r.s.reason == "ScalingUp"
     r(WorkerStarted("d"))
-    s = r(RendezvousComplete(frozenset("acd")))
+    s = r(RendezvousComplete(frozenset("acd"), r.s.heard_round + 1))
     assert s.phase is Phase.RUNNING and s.world_size == 3 and s.restarts == 1
     assert r.path[-6:] == ["Running/Training", "Rescaling/WorkerFailed", "Running/Training",
                            "Rescaling/ScalingUp", "Rescaling/ScalingUp", "Running/Training"]
@@ -107,7 +107,7 @@ def test_a_fixed_size_job_restarts_every_worker_after_its_back_off() -> None:
     s = r(WorkerExited("b", 143))  # the stopped survivor: expected, not a failure
     assert s.restarts == 1 and s.phase is Phase.SCHEDULING
     r(WorkersPlaced(frozenset("cd")))
-    assert r(RendezvousComplete(frozenset("cd"))).phase is Phase.RUNNING
+    assert r(RendezvousComplete(frozenset("cd"), r.s.heard_round + 1)).phase is Phase.RUNNING
     with pytest.raises(TransitionError, match="fixed world size"):
         r(ScaleCommand(3))
 
@@ -120,7 +120,7 @@ def test_capacity_taken_shrinks_stopping_workers_that_are_not_failures() -> None
                                                         frozenset("cd"), frozenset("ab"))
     r(WorkerExited("d", 143))
     r(WorkerExited("c", None, "pod deleted"))
-    s = r(RendezvousComplete(frozenset("ab")))
+    s = r(RendezvousComplete(frozenset("ab"), r.s.heard_round + 1))
     assert (s.phase, s.world_size, s.restarts) == (Phase.RUNNING, 2, 0)
     s = r(CapacityChanged(1))
     assert (s.phase, s.reason, s.stopping) == (Phase.PENDING, "Preempted", frozenset("ab"))
@@ -147,7 +147,7 @@ def test_scale_commands_move_within_min_and_max_only() -> None:
     assert (s.phase, s.reason, s.target, s.stopping) == (Phase.RESCALING, "ScalingDown", 3,
                                                          frozenset("d"))
     r(WorkerExited("d", 0))  # a stopped worker's exit code does not make it a success
-    assert r(RendezvousComplete(frozenset("abc"))).phase is Phase.RUNNING and r.s.succeeded == 0
+    assert r(RendezvousComplete(frozenset("abc"), r.s.heard_round + 1)).phase is Phase.RUNNING and r.s.succeeded == 0
     assert r(CapacityChanged(8)).target == 3, "the wish caps the grant"
 
 
@@ -202,3 +202,18 @@ def test_the_table_covers_every_phase_and_every_non_terminal_one_is_bounded() ->
         assert info.meaning
         if not phase.terminal:
             assert info.leaves_on and info.timeout, phase
+
+
+def test_a_round_heard_before_its_members_were_placed_takes_effect_once_they_are() -> None:
+    """Rounds and worker lifecycle travel on different streams: either may come first."""
+    r = Run(job(2, 3))
+    r(CapacityChanged(3))
+    s = r(RendezvousComplete(frozenset("ab"), 1))
+    assert s.phase is Phase.SCHEDULING and s.heard == frozenset("ab")
+    assert r(WorkersPlaced(frozenset("a"))).phase is Phase.SCHEDULING
+    s = r(WorkersPlaced(frozenset("b")))
+    assert (s.phase, s.world, s.heard) == (Phase.RUNNING, frozenset("ab"), frozenset())
+    assert r(RendezvousComplete(frozenset("a"), 1)) is s, "an old round is ignored"
+    r(WorkersPlaced(frozenset("c")))
+    assert r.s.phase is Phase.RESCALING and r.s.reason == "ScalingUp"
+    assert r(RendezvousComplete(frozenset("abc"), 2)).world_size == 3

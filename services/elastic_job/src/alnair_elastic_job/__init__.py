@@ -5,6 +5,7 @@ controller, the CLI and the status agree on one spec and one state table (``TABL
 """
 
 from ._allocator import ElasticDemand, FreeCard, Hysteresis, ScalingCurve, allocate, fits
+from ._controller import Controller, TrackedJob, WorkerActions, job_key, worker_actions
 from ._errors import ElasticJobError, JobSpecError, TransitionError
 from ._job_codec import from_mapping, from_proto, from_yaml, to_proto
 from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest
@@ -26,18 +27,23 @@ from ._job_states import (
     timeout_seconds,
 )
 from ._job_transitions import step
-from ._service import ElasticJobService
+from ._service import ElasticJobService, ElasticJobSettings
 from ._state_codec import Submit, command_from_proto, phase_from_proto, state_to_proto
+from ._worker_events import JOB_LABEL, JOB_NAMESPACE_LABEL, rendezvous_input, worker_input
 
 __all__ = [
     "CapacityChanged",
+    "Controller",
     "Deadlines",
     "DeleteCommand",
     "ElasticDemand",
     "ElasticJobError",
     "ElasticJobService",
+    "ElasticJobSettings",
     "FreeCard",
     "Hysteresis",
+    "JOB_LABEL",
+    "JOB_NAMESPACE_LABEL",
     "JobInput",
     "JobSpecError",
     "JobStatus",
@@ -51,8 +57,10 @@ __all__ = [
     "Submit",
     "TABLE",
     "Tick",
+    "TrackedJob",
     "TrainingJob",
     "TransitionError",
+    "WorkerActions",
     "WorkerExited",
     "WorkerRequest",
     "WorkerStarted",
@@ -63,10 +71,14 @@ __all__ = [
     "from_mapping",
     "from_proto",
     "from_yaml",
+    "job_key",
     "phase_from_proto",
+    "rendezvous_input",
     "state_to_proto",
     "step",
     "submitted",
     "timeout_seconds",
     "to_proto",
+    "worker_actions",
+    "worker_input",
 ]

@@ -91,6 +91,9 @@ class Hysteresis:
     min_interval_seconds: float = 300.0
 
 
+DEFAULT_HYSTERESIS = Hysteresis()
+
+
 class _Packing:
     """Free cards, consumed worker by worker: a whole-GPU worker on the node with the fewest
     untouched cards that still has enough, a share on the fullest card it still fits."""
@@ -168,7 +171,7 @@ def _plan(cards: list[FreeCard], jobs: list[ElasticDemand], fixed: Mapping[str, 
 
 
 def allocate(cards: Iterable[FreeCard], jobs: Iterable[ElasticDemand], now: float,
-             hysteresis: Hysteresis = Hysteresis()) -> dict[str, int]:
+             hysteresis: Hysteresis = DEFAULT_HYSTERESIS) -> dict[str, int]:
     """Workers per job (0: not admitted now). Deterministic; never over the cards, never
     a running job below its min while its min fits."""
     cards = list(cards)

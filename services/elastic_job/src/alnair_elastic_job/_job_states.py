@@ -102,6 +102,8 @@ class JobStatus:
     world: frozenset[str] = frozenset()
     stopping: frozenset[str] = frozenset()
     ended: frozenset[str] = frozenset()   # exited workers: a late duplicate report is ignored
+    heard: frozenset[str] = frozenset()   # members of the newest round not yet in effect
+    heard_round: int = 0
     succeeded: int = 0
     retry_at: float = 0.0
     cause: str = "submitted"
@@ -178,9 +180,14 @@ class WorkerExited:
 
 @dataclass(frozen=True)
 class RendezvousComplete:
-    """The job's rendezvous host closed a round with these members."""
+    """The job's rendezvous host closed round ``round`` (numbered from 1) with these members.
+
+    Rounds arrive on another stream than the workers' lifecycle, so a round may come before
+    the placement of its members: it is kept (``heard``) and takes effect once every member
+    is one of the job's live workers; a round older than one already heard is ignored."""
 
     members: frozenset[str]
+    round: int
     kind: str = field(default="rendezvous-complete", init=False)
 
 

@@ -54,11 +54,14 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
     if isinstance(event, WorkerStarted):
         if event.worker not in s.alive or event.worker in s.started:
             return s
-        return _update(s, event.kind, started=s.started | {event.worker})
+        return _settle(job, s, replace(s, started=s.started | {event.worker}), now, event.kind)
     if isinstance(event, WorkerExited):
         return _exited(job, s, event, now)
     if isinstance(event, RendezvousComplete):
-        return _rendezvous(job, s, event.members, now)
+        if event.round <= s.heard_round:
+            return s
+        return _settle(job, s, replace(s, heard=event.members, heard_round=event.round), now,
+                       event.kind)
     raise TypeError(f"not a job input: {event!r}")
 
 
@@ -203,11 +206,11 @@ def _placed(job: TrainingJob, s: JobStatus, workers: frozenset[str], now: float)
         return s
     room = s.target - len(s.alive) if s.phase in _GROWING and not s.completing else 0
     take, extra = frozenset(new[:max(0, room)]), frozenset(new[max(0, room):])
-    changes = {"placed": s.placed | take | extra, "stopping": s.stopping | extra}
-    if take and s.phase is Phase.RUNNING:
-        return _move(s, Phase.RESCALING, "ScalingUp", f"{len(take)} workers placed: world size "
-                     f"{len(s.alive)} → {len(s.alive) + len(take)}", now, "workers-placed", **changes)
-    return _update(s, "workers-placed", **changes)
+    grown = replace(s, placed=s.placed | take | extra, stopping=s.stopping | extra)
+    if take and s.phase is Phase.RUNNING and not _ready(job, grown):
+        return _move(grown, Phase.RESCALING, "ScalingUp", f"{len(take)} workers placed: world "
+                     f"size {len(s.alive)} → {len(grown.alive)}", now, "workers-placed")
+    return _settle(job, s, grown, now, "workers-placed")
 
 
 def _exited(job: TrainingJob, s: JobStatus, ev: WorkerExited, now: float) -> JobStatus:
@@ -242,14 +245,24 @@ def _exited(job: TrainingJob, s: JobStatus, ev: WorkerExited, now: float) -> Job
     return _restart(job, gone, "WorkerFailed", what, now, ev.kind)
 
 
-def _rendezvous(job: TrainingJob, s: JobStatus, members: frozenset[str], now: float) -> JobStatus:
-    m = members & s.alive
-    if s.phase not in _GROWING or s.completing or not job.min_replicas <= len(m) <= job.max_replicas:
-        return s
-    if s.phase is Phase.RUNNING and m == s.world:
-        return s
-    return _move(s, Phase.RUNNING, "Training", f"training with {len(m)} workers", now,
-                 "rendezvous-complete", world=m, started=s.started | m)
+def _ready(job: TrainingJob, s: JobStatus) -> bool:
+    m = s.heard
+    return bool(s.phase in _GROWING and not s.completing and m and m <= s.alive
+                and job.min_replicas <= len(m) <= job.max_replicas)
+
+
+def _settle(job: TrainingJob, before: JobStatus, after: JobStatus, now: float, cause: str) -> JobStatus:
+    """``after`` as the next status, and Running if the newest heard round now takes effect:
+    every member a live worker, minReplicas..maxReplicas of them, while the job waits for a
+    world (Scheduling, Rescaling) or runs with another one."""
+    m = after.heard
+    if _ready(job, after):
+        return _move(after, Phase.RUNNING, "Training", f"training with {len(m)} workers "
+                     f"(rendezvous round {after.heard_round})", now, cause, world=m,
+                     started=after.started | m, heard=frozenset())
+    if after == before:
+        return before
+    return replace(after, generation=before.generation + 1, cause=cause)
 
 
 def _diff(old: JobStatus, new: JobStatus) -> dict[str, object]:

@@ -1,10 +1,137 @@
-"""The elastic job service."""
+"""The elastic-job service: the bus wired to the controller and its one state machine.
+
+It reads the users' job commands (``alnair.cmd.job.<name>``), its workers' lifecycle
+(``alnair.workload.events``, workers labelled with their job) and the jobs' rendezvous
+rounds (``alnair.job.<name>.rendezvous``); every change of a job's status is published as a
+JobState on ``alnair.job.<name>.state`` with the message id ``<namespace>.<name>.<generation>``,
+so a retried publish is stored once. A bad command is terminated and reported as an error
+event (the CLI waits on it); a refused scale is the same.
+
+What is not wired yet, and who must do it:
+
+* **Capacity.** ``capacity`` (a seam: a callable returning the free cards) feeds the
+  allocator; without one, no job is granted workers and jobs wait in Pending until their
+  scheduling timeout. Next: read the ``node_inventory`` and ``gpu_allocations`` buckets
+  (elastic-job as a reader) and subtract the shares of non-job workloads.
+* **Workers.** :func:`worker_actions` says how many workers each job needs and which to
+  stop; it is logged, not sent. Next: a command subject to the adapters. kube-bridge creates
+  a PodGroup of ``minReplicas`` and pods with the job's labels, the per-worker
+  ``alnair/vgpu-*`` requests (or whole GPUs) and the torchrun env (``--nnodes=min:max``,
+  ``--rdzv-backend=c10d``, ``--rdzv-endpoint`` of a per-job rendezvous Service), deletes the
+  pods marked to stop, and publishes each closed rendezvous round; the local agent does the
+  same with processes and a per-job c10d store process it supervises.
+* **Restarts.** The model lives in memory: a restarted controller starts with no jobs.
+  Next: a ``training_jobs`` bucket holding each job's spec and status, written with
+  compare-and-set on every transition and read back on start.
+"""
 
 from __future__ import annotations
 
-from alnair_common import Service
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+
+from pydantic import Field
+
+from alnair.v1 import job_pb2, workload_pb2
+from alnair_common import DurableConsumer, PermanentError, Service, ServiceSettings, subjects
+
+from ._allocator import FreeCard
+from ._controller import Controller, TrackedJob, job_key, worker_actions
+from ._errors import ElasticJobError
+from ._state_codec import Submit, command_from_proto, state_to_proto
+from ._worker_events import rendezvous_input, worker_input
+
+
+class ElasticJobSettings(ServiceSettings):
+    consumer_prefix: str = Field("elastic-job", pattern=r"^[A-Za-z0-9_-]+$",
+                                 description="Prefix of this controller's durable consumer names")
+    tick_seconds: float = Field(1.0, gt=0, le=60,
+                                description="How often timeouts are checked and capacity divided")
 
 
 class ElasticJobService(Service):
     name = "elastic-job"
-    role = "skeleton: connected and healthy; runs no training jobs yet"
+    role = ("training jobs through one state machine (Pending … Succeeded/Failed, reasons and "
+            "timeouts); no adapter creates workers yet")
+    settings_class = ElasticJobSettings
+
+    def __init__(self, settings: ServiceSettings,
+                 capacity: Callable[[], Iterable[FreeCard]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(settings)
+        self.controller = Controller()
+        self.capacity = capacity
+        self.clock = clock
+        self._lock = asyncio.Lock()
+
+    async def setup(self) -> None:
+        s: ElasticJobSettings = self.settings  # type: ignore[assignment]
+        assert self.bus is not None
+        p = s.consumer_prefix
+        for stream, durable, subject, message_type, handler in (
+            ("COMMANDS", f"{p}-commands", subjects.wildcard("alnair.cmd.job.<name>"),
+             job_pb2.JobCommand, self._on_command),
+            ("WORKLOADS", f"{p}-workers", subjects.workload_events(), workload_pb2.WorkloadEvent,
+             self._on_workload),
+            ("JOBS", f"{p}-rendezvous", subjects.wildcard("alnair.job.<name>.rendezvous"),
+             job_pb2.RendezvousRound, self._on_rendezvous),
+        ):
+            await self.consume(DurableConsumer(self.bus, stream=stream, durable=durable,
+                                               subject=subject, message_type=message_type,
+                                               handler=handler, fetch_timeout=0.5))
+        self.spawn(self._loop(s.tick_seconds), "job-clock")
+
+    async def _loop(self, every: float) -> None:
+        while not self._stop.is_set():
+            async with self._lock:
+                now = self.clock()
+                changed = self.controller.reallocate(self.capacity(), now) if self.capacity else []
+                await self._publish(changed + self.controller.tick(now))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), every)
+
+    async def _on_command(self, subject: str, cmd: job_pb2.JobCommand) -> None:
+        namespace, name, action = command_from_proto(cmd)
+        if subjects.name_of(subject.split(".")[-1]) != name:
+            raise PermanentError(f"command for job {name!r} arrived on {subject!r}; publish it on "
+                                 f"{subjects.job_command(name)}")
+        async with self._lock:
+            now = self.clock()
+            try:
+                if isinstance(action, Submit):
+                    changed = self.controller.submit(action.job, now)
+                else:
+                    changed = self.controller.apply(job_key(namespace, name), action, now)
+            except ElasticJobError as e:
+                self.log.info("job command refused", job=f"{namespace}/{name}", error=str(e))
+                raise
+            await self._publish(changed)
+
+    async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
+        found = worker_input(event)
+        if found is not None:
+            await self._apply(*found)
+
+    async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:
+        await self._apply(*rendezvous_input(subjects.name_of(subject.split(".")[2]), r))
+
+    async def _apply(self, key: str, event: object) -> None:
+        async with self._lock:
+            if key not in self.controller.jobs:
+                self.log.info("event for an unknown job ignored", job=key)
+                return
+            await self._publish(self.controller.apply(key, event, self.clock()))  # type: ignore[arg-type]
+
+    async def _publish(self, changed: list[TrackedJob]) -> None:
+        assert self.bus is not None
+        for t in changed:
+            s = t.status
+            await self.bus.publish(subjects.job_state(t.job.name), state_to_proto(t.job, s, self.clock()),
+                                   msg_id=f"{t.job.namespace}.{t.job.name}.{s.generation}")
+            actions = worker_actions(t)
+            self.log.info("job transition", job=t.key, phase=s.phase.value, reason=s.reason,
+                          cause=s.cause, world_size=s.world_size, target=s.target,
+                          restarts=s.restarts, create_workers=actions.create,
+                          stop_workers=sorted(actions.stop))

@@ -1,0 +1,55 @@
+"""Bus facts about workers → state-machine inputs, for the workers of training jobs only.
+
+A worker is a workload (pod or local process) that its adapter labels with the job it
+belongs to: ``ai.centaurus.io/training-job`` (the name) and
+``ai.centaurus.io/training-job-namespace`` (the job's namespace; a local workload's own
+namespace is "local", so it cannot say). Workloads without the label are not ours and are
+skipped without a word; a labelled one that cannot be read is a permanent error.
+"""
+
+from __future__ import annotations
+
+from alnair.v1 import job_pb2, workload_pb2
+
+from ._controller import job_key
+from ._errors import JobSpecError
+from ._job_states import JobInput, RendezvousComplete, WorkerExited, WorkersPlaced, WorkerStarted
+
+JOB_LABEL = "ai.centaurus.io/training-job"
+JOB_NAMESPACE_LABEL = "ai.centaurus.io/training-job-namespace"
+
+_P = workload_pb2
+
+
+def worker_input(event: workload_pb2.WorkloadEvent) -> tuple[str, JobInput] | None:
+    """(job key, input) for a lifecycle event of a job's worker; None for other workloads."""
+    w = event.workload
+    name = w.labels.get(JOB_LABEL)
+    if not name:
+        return None
+    uid = w.ref.uid
+    if not uid:
+        raise JobSpecError("workload.ref.uid", f"worker of training job {name} from "
+                           f"{event.source or '?'} has no uid; adapters must send one")
+    key = job_key(w.labels.get(JOB_NAMESPACE_LABEL) or w.ref.namespace or "default", name)
+    if w.phase == _P.WORKLOAD_PHASE_BOUND:
+        return key, WorkersPlaced(frozenset({uid}))
+    if w.phase == _P.WORKLOAD_PHASE_RUNNING:
+        return key, WorkerStarted(uid)
+    if w.phase in (_P.WORKLOAD_PHASE_SUCCEEDED, _P.WORKLOAD_PHASE_FAILED):
+        code = w.exit_code if w.HasField("exit_code") else (
+            0 if w.phase == _P.WORKLOAD_PHASE_SUCCEEDED else None)
+        return key, WorkerExited(uid, code, w.message)
+    if w.phase == _P.WORKLOAD_PHASE_DELETED:
+        return key, WorkerExited(uid, None, w.message or "deleted")
+    return None  # pending: nothing to count yet
+
+
+def rendezvous_input(subject_name: str, r: job_pb2.RendezvousRound) -> tuple[str, JobInput]:
+    if not r.name or r.name != subject_name:
+        raise JobSpecError("name", f"rendezvous round names job {r.name!r} on the subject of "
+                           f"{subject_name!r}; they must agree")
+    if r.round < 1:
+        raise JobSpecError("round", f"rendezvous round of job {r.name} has round {r.round}; rounds "
+                           "are numbered from 1 so a late or repeated one can be told apart")
+    return job_key(r.namespace or "default", r.name), RendezvousComplete(frozenset(r.members), r.round)

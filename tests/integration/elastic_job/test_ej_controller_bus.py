@@ -1,0 +1,166 @@
+"""The elastic-job controller on a real nats-server: commands, worker facts and rendezvous
+rounds in, one JobState per transition out, refused commands as error events.
+
+The test plays the adapters (their workload events and rendezvous rounds are what
+kube-bridge or the local agent will publish) and the user's CLI (JobCommands)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import pytest
+
+import alnair_elastic_job as ej
+from alnair.v1 import common_pb2, job_pb2, platform_pb2, workload_pb2
+from alnair_common import Bus, subjects
+from alnair_common.natsd import NatsServer
+from alnair_common.testing import wait_for
+
+JOB = ej.TrainingJob("resnet", ("python", "train.py"), 2, 3, ej.WorkerRequest(whole_gpus=1))
+CARDS = [ej.FreeCard("node1", f"GPU-{i}", 80) for i in range(3)]
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.states: list[job_pb2.JobState] = []
+        self.errors: list[platform_pb2.ErrorEvent] = []
+
+    async def on_state(self, _: str, s: job_pb2.JobState) -> None:
+        self.states.append(s)
+
+    async def on_error(self, _: str, e: platform_pb2.ErrorEvent) -> None:
+        self.errors.append(e)
+
+    async def phase(self, phase: int, reason: str = "", timeout: float = 10.0) -> job_pb2.JobState:
+        async def probe() -> job_pb2.JobState | None:
+            last = self.states[-1] if self.states else None
+            ok = last is not None and last.phase == phase and (not reason or last.reason == reason)
+            return last if ok else None
+        return await wait_for(probe, timeout=timeout, what=f"JobState phase {phase} {reason}")
+
+
+async def command(bus: Bus, **action: object) -> None:
+    cmd = job_pb2.JobCommand(name="resnet", request_id=uuid.uuid4().hex, **action)  # type: ignore[arg-type]
+    await bus.publish(subjects.job_command("resnet"), cmd, msg_id=cmd.request_id)
+
+
+async def worker(bus: Bus, uid: str, phase: int, code: int | None = None) -> None:
+    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid=uid, name=f"resnet-{uid}", namespace="local",
+                                                         mode=common_pb2.MODE_LOCAL),
+                              phase=phase, labels={ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"})
+    if code is not None:
+        w.exit_code = code
+    await bus.publish(subjects.workload_events(), workload_pb2.WorkloadEvent(workload=w, source="local-agent@test"))
+
+
+@pytest.fixture
+async def controller(nats_server: NatsServer):
+    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
+                                                         tick_seconds=0.1),
+                                   capacity=lambda: CARDS)
+    task = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        if task.done():
+            task.result()
+        return service.ready.is_set()
+
+    await wait_for(ready, timeout=20, what="elastic-job ready")
+    yield service
+    service.request_stop()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(task, 20)
+
+
+async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_published(
+        bus: Bus, controller: ej.ElasticJobService) -> None:
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    await bus.subscribe(subjects.error("elastic-job"), platform_pb2.ErrorEvent, seen.on_error)
+
+    await command(bus, submit=ej.to_proto(JOB))
+    s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+    assert (s.target_replicas, s.timeout_seconds, s.spec.name) == (3, 600.0, "resnet")
+    for uid in "abc":
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND)
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_RUNNING)
+    await wait_for(lambda: _started(controller, 3), what="three workers started")
+    await bus.publish(subjects.job_rendezvous("resnet"),
+                      job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
+    s = await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
+    assert s.replicas == 3 and [w.uid for w in s.workers] == list("abc")
+
+    await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=137)
+    s = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
+    assert (s.replicas, s.restarts, s.previous_phase, s.cause) == (2, 1, job_pb2.JOB_PHASE_RUNNING,
+                                                                  "worker-exited")
+
+    await command(bus, scale=7)
+    err = await wait_for(lambda: _first(seen.errors), what="an error event for the refused scale")
+    assert "2..3 workers" in err.message and err.permanent
+
+    await command(bus, delete=True)
+    await seen.phase(job_pb2.JOB_PHASE_DELETING, "StoppingWorkers")
+    for uid in "ac":
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_DELETED)
+    await seen.phase(job_pb2.JOB_PHASE_DELETED, "Deleted")
+
+    generations = [s.generation for s in seen.states]
+    assert generations == list(range(1, len(generations) + 1)), "one state per transition, in order"
+
+
+async def _started(service: ej.ElasticJobService, n: int) -> bool:
+    t = service.controller.jobs.get("default/resnet")
+    return t is not None and len(t.status.started) == n
+
+
+async def _first(items: list) -> object:
+    return items[0] if items else None
+
+
+async def test_a_bad_submission_is_an_error_event_naming_the_field(bus: Bus,
+                                                                   controller: ej.ElasticJobService) -> None:
+    seen = Observer()
+    await bus.subscribe(subjects.error("elastic-job"), platform_pb2.ErrorEvent, seen.on_error)
+    spec = ej.to_proto(JOB)
+    spec.min_replicas, spec.max_replicas = 4, 2
+    await command(bus, submit=spec)
+    err = await wait_for(lambda: _first(seen.errors), what="an error event")
+    assert err.message.startswith("spec.minReplicas") and "minReplicas <= maxReplicas" in err.message
+    assert controller.controller.jobs == {}
+
+
+async def test_under_the_generated_permissions_the_cli_submits_and_reads_the_state(
+        secured_nats) -> None:
+    """As `alnair up` runs it: elastic-job may read its commands, workers and rendezvous
+    rounds and publish states; the cli may submit and read; the adapters report workers."""
+    settings = ej.ElasticJobSettings(nats_url=secured_nats.server.url, node_name="test", tick_seconds=0.1,
+                                     nats_credentials=secured_nats.credentials.seed_file("elastic-job"))
+    service = ej.ElasticJobService(settings, capacity=lambda: CARDS)
+    task = asyncio.create_task(service.run())
+    try:
+        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        cli = await secured_nats.connect("cli")
+        agent = await secured_nats.connect("local-agent")
+        seen = Observer()
+        await cli.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+        await command(cli, submit=ej.to_proto(JOB))
+        await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
+        await worker(agent, "a", workload_pb2.WORKLOAD_PHASE_BOUND)
+        await worker(agent, "b", workload_pb2.WORKLOAD_PHASE_BOUND)
+        await agent.publish(subjects.job_rendezvous("resnet"),
+                            job_pb2.RendezvousRound(name="resnet", round=1, members=["a", "b"]))
+        s = await seen.phase(job_pb2.JOB_PHASE_RUNNING)
+        assert s.replicas == 2
+    finally:
+        service.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)
+
+
+async def _ready(service: ej.ElasticJobService, task: asyncio.Task) -> bool:
+    if task.done():
+        task.result()
+    return service.ready.is_set()
