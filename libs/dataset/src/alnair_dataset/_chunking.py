@@ -10,8 +10,9 @@ by an insertion, which shifts every later fixed-size boundary. Measured
 and overlapping data sets once; CDC saves 45 % on edited shards and 35 % on re-packed ones
 where fixed 1 MiB saves nothing, but its pure-Python boundary search runs at 17 MB/s against
 2 GB/s for fixed chunks + SHA-256, which would make it the hydrator's bottleneck. So CDC
-stays a measured alternative until it has a native implementation. 1 MiB keeps a Redis value small enough for sub-millisecond
-reads and spreads a large file over every server of a Redis Cluster.
+stays a measured alternative until it has a native implementation. 1 MiB keeps a Redis
+value small enough for sub-millisecond reads and spreads a large file over every server of
+a Redis Cluster.
 """
 
 from __future__ import annotations

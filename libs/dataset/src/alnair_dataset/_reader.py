@@ -136,7 +136,7 @@ class DatasetReader:
             return data
         data = self.source.read(file, start, end)
         self.stats.count(hit=False, size=len(data))
-        self._maybe_write_back(file)
+        self._maybe_write_back(file, data if (start, end) == (0, file.size) else None)
         return data
 
     def iter_files(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[tuple[str, bytes]]:
@@ -176,7 +176,7 @@ class DatasetReader:
         data = b"".join(chunks)  # type: ignore[arg-type]
         return data[start - first:end - first]
 
-    def _maybe_write_back(self, file: SourceFile) -> None:
+    def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
         if not (self._write_back and self._known and self.tier is not None):
             return
         if time.monotonic() < self._down_until:
@@ -185,18 +185,19 @@ class DatasetReader:
             if file.path in self._writing:
                 return
             self._writing.add(file.path)
-        future = self._pool.submit(self._write, file)
+        future = self._pool.submit(self._write, file, data)
         with self._lock:
             self._write_futures.add(future)
         future.add_done_callback(self._write_futures.discard)
 
-    def _write(self, file: SourceFile) -> None:
+    def _write(self, file: SourceFile, data: bytes | None) -> None:
         assert self.tier is not None
         try:
             if self.tier.meta(self.name):  # not removed meanwhile
                 if self.tier.budget_bytes == 0:
                     return
-                result = store_file(self.tier, self.name, self.source, file, Budget(self.tier))
+                result = store_file(self.tier, self.name, self.source, file, Budget(self.tier),
+                                    data=data)
                 self._manifest[file.path] = result.entry
                 with self.stats._lock:
                     self.stats.written_back += 1

@@ -60,19 +60,25 @@ class StoreResult:
 
 
 def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, budget: Budget,
-               *, chunk_bytes: int = CHUNK_BYTES) -> StoreResult:
-    """Store ``file`` in ``tier`` for ``dataset`` and list it in the manifest."""
+               *, chunk_bytes: int = CHUNK_BYTES, data: bytes | None = None) -> StoreResult:
+    """Store ``file`` in ``tier`` for ``dataset`` and list it in the manifest.
+
+    ``data``: the whole file, already read from ``source`` at the listed version (a reader's
+    miss), so it is not read a second time."""
+    if data is not None and len(data) != file.size:
+        raise ValueError(f"{file.path}: {len(data)} bytes given, {file.size} listed")
     chunks: list[str] = []
     new_bytes = 0
     for start in range(0, file.size, chunk_bytes):
-        data = source.read(file, start, min(file.size, start + chunk_bytes))
-        cid = chunk_id(data)
+        end = min(file.size, start + chunk_bytes)
+        piece = data[start:end] if data is not None else source.read(file, start, end)
+        cid = chunk_id(piece)
         if not tier.ref_existing(dataset, cid):
-            budget.reserve(len(data), needed=file.size - start)
-            if tier.put_chunk(dataset, cid, data):
-                new_bytes += len(data)
+            budget.reserve(len(piece), needed=file.size - start)
+            if tier.put_chunk(dataset, cid, piece):
+                new_bytes += len(piece)
         chunks.append(cid)
-    if file.size == 0:
+    if file.size == 0 and data is None:
         source.read(file, 0, 0)  # still confirms the file is as listed
     entry = FileEntry(file.path, file.size, file.version, tuple(chunks), chunk_bytes)
     tier.record_file(dataset, entry)
