@@ -97,7 +97,10 @@ Global___JobPhase: _TypeAlias = JobPhase  # noqa: Y015
 
 @_typing.final
 class RestartPolicy(_message.Message):
-    """When a failed job is restarted, and how often."""
+    """When a failed job is restarted, and how often. When set, its values are taken as written
+    (0 s back-off: restart at once); when unset, the controller's defaults apply (3 restarts,
+    10 s doubling up to 300 s).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -394,3 +397,73 @@ class RendezvousRound(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RendezvousRound: _TypeAlias = RendezvousRound  # noqa: Y015
+
+@_typing.final
+class TrainingJobRecord(_message.Message):
+    """Everything the controller knows of one job, in the `training_jobs` bucket (key
+    `<namespace>.<name>`): a restarted controller resumes from it. Worker sets hold workload
+    uids; times are Unix seconds.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    WISH_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    STOPPING_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    HEARD_FIELD_NUMBER: _builtins.int
+    HEARD_ROUND_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    RETRY_AT_FIELD_NUMBER: _builtins.int
+    created_at: _builtins.float
+    grant: _builtins.int
+    wish: _builtins.int
+    """The user's `alnair job scale` value, when one was given."""
+    heard_round: _builtins.int
+    succeeded: _builtins.int
+    retry_at: _builtins.float
+    @_builtins.property
+    def state(self) -> Global___JobState:
+        """The last published state (spec, phase, reason, world, target, restarts, generation...)."""
+
+    @_builtins.property
+    def placed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def started(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def stopping(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def ended(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def heard(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Members of the newest rendezvous round not yet in effect, and its number."""
+
+    def __init__(
+        self,
+        *,
+        state: Global___JobState | None = ...,
+        created_at: _builtins.float = ...,
+        grant: _builtins.int = ...,
+        wish: _builtins.int | None = ...,
+        placed: _abc.Iterable[_builtins.str] | None = ...,
+        started: _abc.Iterable[_builtins.str] | None = ...,
+        stopping: _abc.Iterable[_builtins.str] | None = ...,
+        ended: _abc.Iterable[_builtins.str] | None = ...,
+        heard: _abc.Iterable[_builtins.str] | None = ...,
+        heard_round: _builtins.int = ...,
+        succeeded: _builtins.int = ...,
+        retry_at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_wish", b"_wish", "state", b"state", "wish", b"wish"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "placed", b"placed", "retry_at", b"retry_at", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__wish: _TypeAlias = _typing.Literal["wish"]  # noqa: Y015
+    _WhichOneofArgType__wish: _TypeAlias = _typing.Literal["_wish", b"_wish"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__wish) -> _WhichOneofReturnType__wish | None: ...
+
+Global___TrainingJobRecord: _TypeAlias = TrainingJobRecord  # noqa: Y015

@@ -14,7 +14,7 @@ import pytest
 
 import alnair_elastic_job as ej
 from alnair.v1 import common_pb2, job_pb2, platform_pb2, workload_pb2
-from alnair_common import Bus, subjects
+from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 
@@ -109,6 +109,15 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
 
     generations = [s.generation for s in seen.states]
     assert generations == list(range(1, len(generations) + 1)), "one state per transition, in order"
+    records = await TypedKV.open(bus, "training_jobs", job_pb2.TrainingJobRecord)
+    kept = await records.get("default.resnet")
+    assert kept is not None and kept.value.state.phase == job_pb2.JOB_PHASE_DELETED
+    await command(bus, delete=True)  # deleting a finished job forgets it
+
+    async def forgotten() -> bool:
+        return await records.get("default.resnet") is None
+
+    await wait_for(forgotten, what="the record of the deleted job removed")
 
 
 async def _started(service: ej.ElasticJobService, n: int) -> bool:
@@ -164,3 +173,51 @@ async def _ready(service: ej.ElasticJobService, task: asyncio.Task) -> bool:
     if task.done():
         task.result()
     return service.ready.is_set()
+
+
+async def _start(url: str) -> tuple[ej.ElasticJobService, asyncio.Task]:
+    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=url, node_name="test", tick_seconds=0.1),
+                                   capacity=lambda: CARDS)
+    task = asyncio.create_task(service.run())
+    await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+    return service, task
+
+
+async def _stop(service: ej.ElasticJobService, task: asyncio.Task) -> None:
+    service.request_stop()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(task, 20)
+
+
+async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twice(
+        bus: Bus, nats_server: NatsServer) -> None:
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    first, task = await _start(nats_server.url)
+    try:
+        await command(bus, submit=ej.to_proto(JOB))
+        await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
+        for uid in "abc":
+            await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND)
+        await bus.publish(subjects.job_rendezvous("resnet"),
+                          job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
+        await seen.phase(job_pb2.JOB_PHASE_RUNNING)
+        await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=1)
+        before = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
+        held = first.controller.jobs["default/resnet"].status
+    finally:
+        await _stop(first, task)
+
+    second, task = await _start(nats_server.url)
+    try:
+        assert second.controller.jobs["default/resnet"].status == held, "resumed as it was left"
+        await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=1)  # the same fact again
+        await bus.publish(subjects.job_rendezvous("resnet"),
+                          job_pb2.RendezvousRound(name="resnet", round=2, members=list("ac")))
+        s = await seen.phase(job_pb2.JOB_PHASE_RUNNING)
+        assert (s.replicas, s.restarts) == (2, 1), "the repeated failure used no second restart"
+        assert s.generation > before.generation
+        with_gen = [m.generation for m in seen.states]
+        assert sorted(set(with_gen)) == list(range(1, s.generation + 1)), "no generation skipped"
+    finally:
+        await _stop(second, task)

@@ -204,3 +204,15 @@ def test_failures_beyond_the_policy_end_in_failed(j: TrainingJob, victims: list[
         assert f"maxRestarts={j.restart.max_restarts}" in s.message
     else:
         assert not s.phase.terminal
+
+
+@settings(max_examples=200, deadline=None)
+@given(jobs, timed)
+def test_every_status_survives_the_record_a_restarted_controller_reads(j: TrainingJob, events: list) -> None:
+    from alnair.v1 import job_pb2
+    from alnair_elastic_job import TrackedJob
+    from alnair_elastic_job._job_record import record_from_proto, record_to_proto
+    for _, _, after, now in run(j, events):
+        wire = record_to_proto(TrackedJob(j, after), now).SerializeToString()
+        back = record_from_proto(job_pb2.TrainingJobRecord.FromString(wire))
+        assert back.job == j and back.status == after

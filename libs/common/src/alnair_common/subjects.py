@@ -204,6 +204,9 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes.",
                writers=("cache-hydrator",)),
+    BucketSpec("training_jobs", "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
+               "worker sets, from which a restarted elastic-job controller resumes.",
+               writers=("elastic-job",)),
 )
 
 

@@ -54,6 +54,11 @@ class Controller:
         self.curves: dict[str, ScalingCurve] = {}
         self._changed_at: dict[str, float] = {}
 
+    def restore(self, tracked: TrackedJob) -> None:
+        """Take back a job as a previous run left it (from its record)."""
+        self.jobs[tracked.key] = tracked
+        self._changed_at[tracked.key] = tracked.status.entered_at
+
     def submit(self, job: TrainingJob, now: float) -> list[TrackedJob]:
         """A new job starts Pending; the same spec again changes nothing (a redelivered
         command); another spec for a live job is refused; a finished one may be replaced."""

@@ -41,11 +41,9 @@ def from_proto(spec: job_pb2.JobSpec) -> TrainingJob:
         request=WorkerRequest(spec.replica_request.memory_gib, spec.replica_request.compute_percent,
                               spec.whole_gpus),
         checkpoint_uri=spec.checkpoint_uri,
-        restart=RestartPolicy(
-            rp.max_restarts if spec.HasField("restart_policy") else RestartPolicy.max_restarts,
-            rp.backoff_seconds or RestartPolicy.backoff_seconds,
-            rp.max_backoff_seconds or max(RestartPolicy.max_backoff_seconds,
-                                          rp.backoff_seconds)),
+        # Set, the policy is taken as written (0 s: restart at once); unset, the defaults.
+        restart=RestartPolicy(rp.max_restarts, rp.backoff_seconds, rp.max_backoff_seconds)
+        if spec.HasField("restart_policy") else RestartPolicy(),
         deadlines=Deadlines(dl.scheduling_timeout_seconds or Deadlines.scheduling_timeout_seconds,
                             dl.rendezvous_timeout_seconds or Deadlines.rendezvous_timeout_seconds,
                             dl.active_deadline_seconds),

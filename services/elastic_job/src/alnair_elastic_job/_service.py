@@ -20,9 +20,13 @@ What is not wired yet, and who must do it:
   ``--rdzv-backend=c10d``, ``--rdzv-endpoint`` of a per-job rendezvous Service), deletes the
   pods marked to stop, and publishes each closed rendezvous round; the local agent does the
   same with processes and a per-job c10d store process it supervises.
-* **Restarts.** The model lives in memory: a restarted controller starts with no jobs.
-  Next: a ``training_jobs`` bucket holding each job's spec and status, written with
-  compare-and-set on every transition and read back on start.
+
+Restarts lose nothing: every changed job's TrainingJobRecord (spec, state, worker sets) is
+written to the ``training_jobs`` bucket before its JobState is published, and read back on
+start; a fact redelivered after a crash finds the record already holding it and changes
+nothing (the state machine is idempotent per fact), and the restored jobs' states are
+published again under their old message ids. One controller writes the bucket: running two
+needs leader election first (not done).
 """
 
 from __future__ import annotations
@@ -35,11 +39,20 @@ from collections.abc import Callable, Iterable
 from pydantic import Field
 
 from alnair.v1 import job_pb2, workload_pb2
-from alnair_common import DurableConsumer, PermanentError, Service, ServiceSettings, subjects
+from alnair_common import (
+    DurableConsumer,
+    PermanentError,
+    Service,
+    ServiceSettings,
+    TypedKV,
+    subjects,
+)
 
 from ._allocator import FreeCard
 from ._controller import Controller, TrackedJob, job_key, worker_actions
 from ._errors import ElasticJobError
+from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
+from ._job_states import DeleteCommand
 from ._state_codec import Submit, command_from_proto, state_to_proto
 from ._worker_events import rendezvous_input, worker_input
 
@@ -69,6 +82,8 @@ class ElasticJobService(Service):
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
         assert self.bus is not None
+        self.records = await TypedKV.open(self.bus, BUCKET, job_pb2.TrainingJobRecord)
+        await self._restore()
         p = s.consumer_prefix
         for stream, durable, subject, message_type, handler in (
             ("COMMANDS", f"{p}-commands", subjects.wildcard("alnair.cmd.job.<name>"),
@@ -82,6 +97,19 @@ class ElasticJobService(Service):
                                                subject=subject, message_type=message_type,
                                                handler=handler, fetch_timeout=0.5))
         self.spawn(self._loop(s.tick_seconds), "job-clock")
+
+    async def _restore(self) -> None:
+        restored = []
+        for key, rec in (await self.records.current()).items():
+            try:
+                tracked = record_from_proto(rec)
+            except ElasticJobError as e:
+                self.log.warning("unreadable training job record skipped", key=key, error=str(e))
+                continue
+            self.controller.restore(tracked)
+            restored.append(tracked)
+        await self._publish(restored, store=False)
+        self.log.info("training jobs restored", jobs=len(restored))
 
     async def _loop(self, every: float) -> None:
         while not self._stop.is_set():
@@ -108,6 +136,8 @@ class ElasticJobService(Service):
                 self.log.info("job command refused", job=f"{namespace}/{name}", error=str(e))
                 raise
             await self._publish(changed)
+            if isinstance(action, DeleteCommand) and job_key(namespace, name) not in self.controller.jobs:
+                await self.records.delete(record_key(namespace, name))  # a finished job forgotten
 
     async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
         found = worker_input(event)
@@ -124,10 +154,13 @@ class ElasticJobService(Service):
                 return
             await self._publish(self.controller.apply(key, event, self.clock()))  # type: ignore[arg-type]
 
-    async def _publish(self, changed: list[TrackedJob]) -> None:
+    async def _publish(self, changed: list[TrackedJob], *, store: bool = True) -> None:
         assert self.bus is not None
         for t in changed:
             s = t.status
+            if store:
+                await self.records.put(record_key(t.job.namespace, t.job.name),
+                                       record_to_proto(t, self.clock()))
             await self.bus.publish(subjects.job_state(t.job.name), state_to_proto(t.job, s, self.clock()),
                                    msg_id=f"{t.job.namespace}.{t.job.name}.{s.generation}")
             actions = worker_actions(t)
