@@ -143,16 +143,21 @@ async def test_a_bad_submission_is_an_error_event_naming_the_field(bus: Bus,
 
 async def test_under_the_generated_permissions_the_cli_submits_and_reads_the_state(
         secured_nats) -> None:
-    """As `alnair up` runs it: elastic-job may read its commands, workers and rendezvous
-    rounds and publish states; the cli may submit and read; the adapters report workers."""
+    """As `alnair up` runs it: elastic-job may read its commands, workers, rendezvous rounds
+    and the inventory and allocation buckets, and write states and its records; the cli may
+    submit and read; the adapters report workers."""
     settings = ej.ElasticJobSettings(nats_url=secured_nats.server.url, node_name="test", tick_seconds=0.1,
                                      nats_credentials=secured_nats.credentials.seed_file("elastic-job"))
-    service = ej.ElasticJobService(settings, capacity=lambda: CARDS)
+    service = ej.ElasticJobService(settings)  # capacity from the buckets, as deployed
     task = asyncio.create_task(service.run())
     try:
         await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
         cli = await secured_nats.connect("cli")
         agent = await secured_nats.connect("local-agent")
+        from alnair.v1 import inventory_pb2
+        inventories = await TypedKV.open(agent, "node_inventory", inventory_pb2.NodeInventory)
+        await inventories.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
+            inventory_pb2.Gpu(uuid=c.uuid, vgpu_memory_gib=80, vgpu_compute_percent=100) for c in CARDS]))
         seen = Observer()
         await cli.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
         await command(cli, submit=ej.to_proto(JOB))
@@ -221,3 +226,40 @@ async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twic
         assert sorted(set(with_gen)) == list(range(1, s.generation + 1)), "no generation skipped"
     finally:
         await _stop(second, task)
+
+
+async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus, nats_server: NatsServer) -> None:
+    """Two cards in node_inventory, one of them fully committed to another workload in
+    gpu_allocations: one free card is less than the job's min of 2, so it waits …"""
+    from alnair.v1 import allocation_pb2, inventory_pb2
+    inv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+    alloc = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
+    await inv.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
+        inventory_pb2.Gpu(uuid=f"GPU-{i}", index=i, vgpu_memory_gib=80, vgpu_compute_percent=100)
+        for i in range(2)]))
+    await alloc.put("GPU-1", allocation_pb2.CardAllocation(node="node1", gpu_uuid="GPU-1", shares=[
+        allocation_pb2.GpuShare(workload=common_pb2.WorkloadRef(uid="someone"), memory_gib=80,
+                                compute_percent=100)]))
+    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
+                                                         tick_seconds=0.1))
+    task = asyncio.create_task(service.run())
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    try:
+        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        await command(bus, submit=ej.to_proto(JOB))
+
+        async def one_free_card() -> bool:
+            return [c.uuid for c in service.capacity()] == ["GPU-0"]  # type: ignore[misc]
+
+        await wait_for(one_free_card, what="the buckets seen: one free card")
+        await seen.phase(job_pb2.JOB_PHASE_PENDING)
+        await asyncio.sleep(0.3)  # a few ticks of the allocator: still nothing to grant
+        assert seen.states[-1].phase == job_pb2.JOB_PHASE_PENDING
+        assert service.controller.jobs["default/resnet"].status.grant == 0
+        # … until the other workload's share is released: then it is granted both cards.
+        await alloc.put("GPU-1", allocation_pb2.CardAllocation(node="node1", gpu_uuid="GPU-1"))
+        s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
+        assert s.target_replicas == 2
+    finally:
+        await _stop(service, task)

@@ -193,9 +193,10 @@ STREAMS: tuple[StreamSpec, ...] = (
 
 BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it.",
-               writers=("device-plugin", *ADAPTERS), readers=("scheduler",)),
+               writers=("device-plugin", *ADAPTERS), readers=("scheduler", "elastic-job")),
     BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set.",
-               writers=("scheduler",), readers=(*ADAPTERS, "device-plugin", "exporter")),
+               writers=("scheduler",),
+               readers=(*ADAPTERS, "device-plugin", "exporter", "elastic-job")),
     BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
                "a restarted adapter neither repeats nor skips a transition.",
                writers=ADAPTERS, readers=("scheduler",)),

@@ -9,10 +9,10 @@ event (the CLI waits on it); a refused scale is the same.
 
 What is not wired yet, and who must do it:
 
-* **Capacity.** ``capacity`` (a seam: a callable returning the free cards) feeds the
-  allocator; without one, no job is granted workers and jobs wait in Pending until their
-  scheduling timeout. Next: read the ``node_inventory`` and ``gpu_allocations`` buckets
-  (elastic-job as a reader) and subtract the shares of non-job workloads.
+* **Capacity** comes from the ``node_inventory`` and ``gpu_allocations`` buckets, watched
+  (``_capacity``); ``capacity`` (a callable returning the free cards) replaces them in tests.
+  Throughput per world size is not published by the profiler yet, so every job is
+  allocated with the linear-with-efficiency fallback (``Controller.measured`` takes it).
 * **Workers.** :func:`worker_actions` says how many workers each job needs and which to
   stop; it is logged, not sent. Next: a command subject to the adapters. kube-bridge creates
   a PodGroup of ``minReplicas`` and pods with the job's labels, the per-worker
@@ -38,9 +38,10 @@ from collections.abc import Callable, Iterable
 
 from pydantic import Field
 
-from alnair.v1 import job_pb2, workload_pb2
+from alnair.v1 import allocation_pb2, inventory_pb2, job_pb2, workload_pb2
 from alnair_common import (
     DurableConsumer,
+    KVWatch,
     PermanentError,
     Service,
     ServiceSettings,
@@ -49,6 +50,7 @@ from alnair_common import (
 )
 
 from ._allocator import FreeCard
+from ._capacity import ALLOCATIONS_BUCKET, INVENTORY_BUCKET, free_cards
 from ._controller import Controller, TrackedJob, job_key, worker_actions
 from ._errors import ElasticJobError
 from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
@@ -67,7 +69,7 @@ class ElasticJobSettings(ServiceSettings):
 class ElasticJobService(Service):
     name = "elastic-job"
     role = ("training jobs through one state machine (Pending … Succeeded/Failed, reasons and "
-            "timeouts); no adapter creates workers yet")
+            "timeouts), GPUs divided by the allocator; no adapter creates workers yet")
     settings_class = ElasticJobSettings
 
     def __init__(self, settings: ServiceSettings,
@@ -82,6 +84,8 @@ class ElasticJobService(Service):
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
         assert self.bus is not None
+        if self.capacity is None:
+            self.capacity = await self._watch_capacity()
         self.records = await TypedKV.open(self.bus, BUCKET, job_pb2.TrainingJobRecord)
         await self._restore()
         p = s.consumer_prefix
@@ -97,6 +101,31 @@ class ElasticJobService(Service):
                                                subject=subject, message_type=message_type,
                                                handler=handler, fetch_timeout=0.5))
         self.spawn(self._loop(s.tick_seconds), "job-clock")
+
+    async def _watch_capacity(self) -> Callable[[], list[FreeCard]]:
+        """Follow both buckets; the callable answers from what the watches have seen."""
+        assert self.bus is not None
+        inventories: dict[str, inventory_pb2.NodeInventory] = {}
+        allocations: dict[str, allocation_pb2.CardAllocation] = {}
+        for bucket, message_type, into in ((INVENTORY_BUCKET, inventory_pb2.NodeInventory, inventories),
+                                           (ALLOCATIONS_BUCKET, allocation_pb2.CardAllocation, allocations)):
+            watch = await (await TypedKV.open(self.bus, bucket, message_type)).watch()
+            self.spawn(self._follow(watch, into), f"watch:{bucket}")
+
+        def current() -> list[FreeCard]:
+            ours = frozenset(w for t in self.controller.jobs.values() for w in t.status.placed)
+            by_uuid = {a.gpu_uuid: a for a in allocations.values()}
+            return free_cards(inventories.values(), by_uuid, ours)
+
+        return current
+
+    @staticmethod
+    async def _follow(watch: KVWatch, into: dict) -> None:
+        async for update in watch:
+            if update.value is None:
+                into.pop(update.key, None)
+            else:
+                into[update.key] = update.value
 
     async def _restore(self) -> None:
         restored = []

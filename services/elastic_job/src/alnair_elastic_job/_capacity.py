@@ -1,0 +1,44 @@
+"""What the allocator may divide: every healthy card, less the shares of other workloads.
+
+Read from the buckets the scheduler keeps — ``node_inventory`` (capacity per card) and
+``gpu_allocations`` (committed shares per card) — and followed by watches, so the answer is
+current without a round trip per tick. The shares of the jobs' own workers count as free:
+the allocator redistributes them. The scheduler still places every worker and commits its
+share by compare-and-set; this view only keeps grants within what could be placed, and a
+grant it overstates (a share committed since the last watch update) ends as a worker that
+waits in Scheduling, never as an over-committed card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from alnair.v1 import allocation_pb2, inventory_pb2
+
+from ._allocator import FreeCard
+
+GIB = 1024**3
+INVENTORY_BUCKET = "node_inventory"
+ALLOCATIONS_BUCKET = "gpu_allocations"
+
+
+def free_cards(inventories: Iterable[inventory_pb2.NodeInventory],
+               allocations: Mapping[str, allocation_pb2.CardAllocation],
+               ours: frozenset[str]) -> list[FreeCard]:
+    """Free memory and compute per healthy card; ``allocations`` by GPU uuid, ``ours`` the
+    workload uids of the jobs' workers."""
+    cards = []
+    for inv in inventories:
+        for g in inv.gpus:
+            if not g.uuid or g.health == inventory_pb2.GPU_HEALTH_UNHEALTHY:
+                continue
+            memory = int(g.vgpu_memory_gib or g.memory_bytes // GIB)
+            compute = int(g.vgpu_compute_percent or 100)
+            alloc = allocations.get(g.uuid)
+            for share in alloc.shares if alloc is not None else ():
+                if share.workload.uid not in ours:
+                    memory -= share.memory_gib
+                    compute -= share.compute_percent
+            if memory > 0 and compute > 0:
+                cards.append(FreeCard(inv.node, g.uuid, memory, compute))
+    return cards
