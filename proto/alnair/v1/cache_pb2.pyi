@@ -40,6 +40,10 @@ class _CachePhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CachePhase
     """
     CACHE_PHASE_REMOVED: _CachePhase.ValueType  # 5
     """Removed: its references are released; this is the last status of the data set."""
+    CACHE_PHASE_EVICTED: _CachePhase.ValueType  # 6
+    """Evicted to make room for another data set (it was neither pinned nor being read); its
+    references are released and readers go to the source. Adding it again re-hydrates it.
+    """
 
 class CachePhase(_CachePhase, metaclass=_CachePhaseEnumTypeWrapper): ...
 
@@ -54,6 +58,10 @@ cached (a file is readable from the tier only once all its chunks are in).
 """
 CACHE_PHASE_REMOVED: CachePhase.ValueType  # 5
 """Removed: its references are released; this is the last status of the data set."""
+CACHE_PHASE_EVICTED: CachePhase.ValueType  # 6
+"""Evicted to make room for another data set (it was neither pinned nor being read); its
+references are released and readers go to the source. Adding it again re-hydrates it.
+"""
 Global___CachePhase: _TypeAlias = CachePhase  # noqa: Y015
 
 @_typing.final
@@ -210,7 +218,7 @@ class CacheDatasetStatus(_message.Message):
     reason: _builtins.str
     """Machine-readable cause of the phase: "", "source-unreachable", "no-such-bucket",
     "access-denied", "path-not-allowed", "source-changed", "insufficient-capacity",
-    "tier-unavailable", "invalid-spec".
+    "tier-unavailable", "invalid-spec", "evicted".
     """
     dedup_saved_bytes: _builtins.int
     """Bytes of this data set's chunks that other data sets already stored (dedup savings)."""

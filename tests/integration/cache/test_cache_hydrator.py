@@ -104,3 +104,45 @@ async def test_bad_input_gets_a_clear_reason_and_the_service_keeps_running(
         again = await status(bus, "small")
         assert again.phase == PHASE.CACHE_PHASE_READY and again.source == f"file://{allowed}/small"
         assert_consistent(tier_of(tier_url))
+
+
+async def test_eviction_spares_pinned_and_in_use_data_sets(bus, nats_server, tier_url, tmp_path):
+    root = tmp_path / "data"
+    for i, name in enumerate("abcde"):
+        write_dataset(root / name, files=2, seed=10 + i)  # 2 x ~2 MiB, distinct bytes
+    size = sum(f.stat().st_size for f in (root / "a").rglob("*.bin"))
+    s = settings(nats_server.url, tier_url, tmp_path, cache_allowed_roots=str(root),
+                 cache_budget_bytes=3 * size + MIB)
+    readers = []
+    async with running(s):
+        async def ready(name, **extra):
+            st = await settled(bus, name, await add(bus, spec(name, f"file://{root}/{name}", **extra)))
+            assert st.phase == PHASE.CACHE_PHASE_READY, st.message
+            return st
+
+        await ready("a")
+        await ready("b", pin=True)
+        await ready("c")
+        readers.append(DatasetReader("c", tier_url=tier_url, prefix="t"))  # a job reads c
+        await ready("d")  # no room: a (not pinned, not read) goes
+        evicted = await status(bus, "a")
+        assert (evicted.phase, evicted.reason) == (PHASE.CACHE_PHASE_EVICTED, "evicted")
+        assert "make room for d" in evicted.message
+        for name in "bcd":
+            assert (await status(bus, name)).phase == PHASE.CACHE_PHASE_READY
+        readers.append(DatasetReader("d", tier_url=tier_url, prefix="t"))
+
+        full = await settled(bus, "e", await add(bus, spec("e", f"file://{root}/e")))
+        assert (full.phase, full.reason) == (PHASE.CACHE_PHASE_FAILED, "insufficient-capacity")
+        assert "b (pinned)" in full.message and "c (being read)" in full.message
+        with readers[0] as reader:  # c is still whole: every byte from the tier
+            for path in reader.files():
+                assert reader.read(path) == (root / "c" / path).read_bytes()
+            assert reader.stats.misses == 0
+        readers[1].close()
+        again = await settled(bus, "a", await add(bus, spec("a", f"file://{root}/a")))
+        assert again.phase == PHASE.CACHE_PHASE_READY
+        # c and d are no longer read; c was read longer ago, so it made room
+        assert (await status(bus, "c")).phase == PHASE.CACHE_PHASE_EVICTED
+        assert (await status(bus, "d")).phase == PHASE.CACHE_PHASE_READY
+        assert_consistent(tier_of(tier_url))

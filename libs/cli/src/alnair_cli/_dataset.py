@@ -30,7 +30,7 @@ from ._run import RunRequest
 BUCKET = "cache_datasets"
 PHASES = {cache_pb2.CACHE_PHASE_PENDING: "pending", cache_pb2.CACHE_PHASE_HYDRATING: "hydrating",
           cache_pb2.CACHE_PHASE_READY: "ready", cache_pb2.CACHE_PHASE_FAILED: "failed",
-          cache_pb2.CACHE_PHASE_REMOVED: "removed"}
+          cache_pb2.CACHE_PHASE_REMOVED: "removed", cache_pb2.CACHE_PHASE_EVICTED: "evicted"}
 DONE = (cache_pb2.CACHE_PHASE_READY, cache_pb2.CACHE_PHASE_FAILED)
 ACCEPT_TIMEOUT = 15.0
 """Seconds to wait for the hydrator to acknowledge a request before saying it is not running."""

@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ class DatasetReader:
                  source: str | None = None, prefix: str | None = None,
                  s3_options: dict[str, Any] | None = None, write_back: bool = True,
                  threads: int = 8, breaker_seconds: float = 5.0, timeout: float = 1.0,
-                 budget_bytes: int = 0) -> None:
+                 budget_bytes: int = 0, lease_seconds: float = 30.0) -> None:
         self.name = name or os.environ.get(ENV_DATASET, "")
         if not self.name:
             raise InvalidSpecError(f"no data set named: pass name= or set ${ENV_DATASET}")
@@ -101,6 +102,15 @@ class DatasetReader:
         self.source: Source = open_source(
             uri, include=json.loads(meta.get("include", "[]")),
             exclude=json.loads(meta.get("exclude", "[]")), s3_options=s3_options)
+        self._reader_id = uuid.uuid4().hex
+        self._lease_seconds = lease_seconds
+        self._closed = threading.Event()
+        self._leasing: threading.Thread | None = None
+        if self._known:
+            self._renew()
+            self._leasing = threading.Thread(target=self._keep_lease, daemon=True,
+                                             name=f"alnair-lease-{self.name}")
+            self._leasing.start()
         self._files: dict[str, SourceFile] = {}
         if meta.get("phase") == "ready" and self._manifest:
             self._files = {p: SourceFile(p, e.size, e.version) for p, e in self._manifest.items()}
@@ -209,6 +219,19 @@ class DatasetReader:
             with self._lock:
                 self._writing.discard(file.path)
 
+    def _renew(self) -> None:
+        if self.tier is None:
+            return
+        try:
+            self.tier.lease(self.name, self._reader_id, self._lease_seconds)
+        except TierUnavailableError:
+            self._trip()
+
+    def _keep_lease(self) -> None:
+        """While open, the data set is in use: the hydrator will not evict it."""
+        while not self._closed.wait(self._lease_seconds / 3):
+            self._renew()
+
     def _trip(self) -> None:
         with self.stats._lock:
             self.stats.tier_errors += 1
@@ -222,8 +245,14 @@ class DatasetReader:
             future.exception(timeout)
 
     def close(self) -> None:
+        self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.tier is not None:
+            if self._known:
+                try:
+                    self.tier.unlease(self.name, self._reader_id)
+                except TierUnavailableError:
+                    pass  # the lease runs out by itself
             self.tier.close()
 
     def __enter__(self) -> DatasetReader:

@@ -220,9 +220,31 @@ class RedisTier:
             raw = self.client.hgetall(self._ds(dataset, "meta"))
         return {k.decode(): v.decode() for k, v in raw.items()}
 
+    def lease(self, dataset: str, reader: str, ttl: float) -> None:
+        with _reachable("renewing a reader's lease"):
+            now = self._now()
+            self.client.zadd(self._ds(dataset, "readers"), {reader: now + ttl})
+            self.client.hset(self._ds(dataset, "meta"), "last_read", f"{now:.3f}")
+
+    def unlease(self, dataset: str, reader: str) -> None:
+        with _reachable("ending a reader's lease"):
+            self.client.zrem(self._ds(dataset, "readers"), reader)
+
+    def readers(self, dataset: str) -> int:
+        with _reachable("counting readers"):
+            key = self._ds(dataset, "readers")
+            self.client.zremrangebyscore(key, "-inf", self._now())
+            return int(self.client.zcard(key))
+
+    def _now(self) -> float:
+        """The server's clock, so leases written from several machines compare."""
+        seconds, micros = self.client.time()
+        return seconds + micros / 1e6
+
     def drop_manifest(self, dataset: str) -> None:
         with _reachable("dropping a manifest"):
             self.client.delete(self._ds(dataset, "meta"))
+            self.client.delete(self._ds(dataset, "readers"))
             self.client.delete(self._ds(dataset, "files"))
 
     def close(self) -> None:

@@ -77,6 +77,15 @@ class CacheTier(Protocol):
 
     def meta(self, dataset: str) -> dict[str, str]: ...
 
+    def lease(self, dataset: str, reader: str, ttl: float) -> None:
+        """A reader says it is reading ``dataset`` for the next ``ttl`` seconds (renewed while
+        it reads); a data set with a live lease is never evicted."""
+
+    def unlease(self, dataset: str, reader: str) -> None: ...
+
+    def readers(self, dataset: str) -> int:
+        """Live leases on ``dataset``."""
+
     def drop_manifest(self, dataset: str) -> None:
         """Forget the manifest and the description (after :meth:`release`)."""
 

@@ -27,6 +27,7 @@ class Phase(Enum):
     READY = cache_pb2.CACHE_PHASE_READY
     FAILED = cache_pb2.CACHE_PHASE_FAILED
     REMOVED = cache_pb2.CACHE_PHASE_REMOVED
+    EVICTED = cache_pb2.CACHE_PHASE_EVICTED
 
 
 def _check_name(what: str, value: str, *, optional: bool = False) -> str:

@@ -36,6 +36,13 @@ from ._domain import DatasetStatus, Phase
 
 log = get_logger("alnair.cache-hydrator")
 Publish = Callable[[DatasetStatus], Awaitable[None]]
+MakeRoom = Callable[[str, int], Awaitable[tuple[list[str], list[str]]]]
+"""``(data set, bytes needed) -> (evicted, kept)``: frees room by evicting other data sets;
+``kept`` says why the others stay ("b (pinned)", "c (being read)")."""
+
+
+async def no_room(_key: str, _needed: int) -> tuple[list[str], list[str]]:
+    return [], []
 SOURCE_RETRIES = 3
 
 
@@ -45,7 +52,7 @@ class Hydration:
     def __init__(self, status: DatasetStatus, tier: Callable[[], CacheTier],
                  source: Callable[[], Source], publish: Publish, *,
                  status_interval: float = 0.5, tier_retry: float = 2.0,
-                 bytes_per_second: int = 0) -> None:
+                 bytes_per_second: int = 0, make_room: MakeRoom = no_room) -> None:
         self.status = status
         self._tier = tier
         self._source = source
@@ -55,6 +62,7 @@ class Hydration:
         self._stopped = asyncio.Event()
         self._rate = bytes_per_second
         self._budget_bytes = 0
+        self._make_room = make_room
 
     def stop(self) -> None:
         self._stopped.set()
@@ -85,6 +93,7 @@ class Hydration:
         done = await self._retrying(lambda: tier.manifest(key), "reading the manifest")
         todo = [f for f in listing if _needs_store(done.get(f.path), f)]
         cached = total - sum(f.size for f in todo)
+        kept = await self._room_for(tier, total - cached)
         await self._report(phase=Phase.HYDRATING, total_bytes=total, files_total=len(listing),
                            cached_bytes=cached, files_cached=len(listing) - len(todo),
                            reason="", message=f"hydrating {len(todo)} of {len(listing)} files "
@@ -95,8 +104,13 @@ class Hydration:
         for file in todo:
             if self._stopped.is_set():
                 return self.status
-            await self._retrying(lambda file=file: store_file(tier, key, source, file, budget),
-                                 f"storing {file.path}")
+            try:
+                await self._retrying(lambda file=file: store_file(tier, key, source, file, budget),
+                                     f"storing {file.path}")
+            except CapacityError as e:
+                raise CapacityError(f"{e}; {self.status.files_cached} of {len(listing)} files "
+                                    f"were cached before the budget ran out"
+                                    + (f"; kept: {', '.join(kept)}" if kept else "")) from e
             cached += file.size
             read += file.size
             if self._rate:
@@ -118,6 +132,17 @@ class Hydration:
             dedup_saved_bytes=fp.dedup_saved_bytes,
             message=f"{fp.files} files, {gib(fp.cached_bytes)} cached; "
                     f"{gib(fp.dedup_saved_bytes)} shared with other data sets or repeated")
+
+    async def _room_for(self, tier: CacheTier, needed: int) -> list[str]:
+        """Evict other data sets if ``needed`` bytes (an upper bound: dedup may need less) do
+        not fit; return why the rest were kept, for the message if it still does not fit."""
+        usage = await self._retrying(tier.usage, "reading the tier's usage")
+        if needed <= usage.free_bytes:
+            return []
+        evicted, kept = await self._make_room(self.status.spec.key, needed - usage.free_bytes)
+        if evicted:
+            await self._report(message=f"evicted {', '.join(evicted)} to make room")
+        return kept
 
     def _meta(self, phase: str) -> dict[str, str]:
         spec = self.status.spec

@@ -26,7 +26,7 @@ from alnair_common import (
     TypedKV,
     subjects,
 )
-from alnair_dataset import CacheTier, DatasetError, RedisTier, Source, open_source
+from alnair_dataset import CacheTier, DatasetError, RedisTier, Source, gib, open_source
 
 from ._domain import (
     AddRequest,
@@ -151,7 +151,8 @@ class CacheHydratorService(Service):
         hydration = Hydration(status, self.tier, lambda: self.source(status.spec), self._put,
                               status_interval=self.settings.cache_status_interval_seconds,
                               tier_retry=self.settings.cache_tier_retry_seconds,
-                              bytes_per_second=self.settings.cache_hydrate_bytes_per_second)
+                              bytes_per_second=self.settings.cache_hydrate_bytes_per_second,
+                              make_room=self._make_room)
         task = asyncio.create_task(self._hydrate(key, hydration), name=f"hydrate:{key}")
         self.jobs[key] = (hydration, task)
 
@@ -166,6 +167,40 @@ class CacheHydratorService(Service):
             current = self.jobs.get(key)
             if current is not None and current[0] is hydration:
                 del self.jobs[key]
+
+    async def _make_room(self, for_key: str, needed: int) -> tuple[list[str], list[str]]:
+        """Evict READY data sets that are neither pinned nor being read (no live reader lease),
+        least recently read first, until ``needed`` bytes are free or none is left."""
+        assert self.kv is not None
+        tier = self.tier()
+        candidates: list[tuple[float, str, DatasetStatus]] = []
+        kept: list[str] = []
+        for key in await self.kv.keys():
+            status = await self._status(key)
+            if key == for_key or status is None or status.phase is not Phase.READY:
+                continue
+            if status.spec.pin:
+                kept.append(f"{key} (pinned)")
+            elif key in self.jobs or await asyncio.to_thread(tier.readers, key):
+                kept.append(f"{key} (being read)")
+            else:
+                meta = await asyncio.to_thread(tier.meta, key)
+                candidates.append((float(meta.get("last_read", 0)), key, status))
+        evicted: list[str] = []
+        freed = 0
+        for _last, key, status in sorted(candidates):
+            if freed >= needed:
+                break
+            gone = await asyncio.to_thread(tier.release, key)
+            await asyncio.to_thread(tier.drop_manifest, key)
+            freed += gone
+            evicted.append(key)
+            self.log.info("evicted", dataset=key, freed_bytes=gone, for_dataset=for_key)
+            await self._put(status.evolve(
+                phase=Phase.EVICTED, reason="evicted", cached_bytes=0, files_cached=0,
+                message=f"evicted to make room for {for_key} ({gib(gone)} freed); add it "
+                        "again to hydrate it"))
+        return evicted, kept
 
     # -- state ------------------------------------------------------------------------------
 
