@@ -1,0 +1,42 @@
+"""A PyTorch DataLoader (CPU, worker processes) reading through the cache: every sample
+equals the source, whether the data set is cached, half-cached or not cached.
+
+torch is not a CI dependency (the PyPI wheel with its CUDA libraries installs 5.2 GB; see
+the report in docs/benchmarks.md); this test runs wherever torch is importable, e.g.
+``PYTHONPATH=<a venv with torch>/lib/python3.11/site-packages .venv/bin/pytest ...``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cache_support import hydrate_directly, write_dataset
+
+from alnair_dataset import CachedSamples, RedisTier, connect, loader_options
+
+torch = pytest.importorskip("torch")
+
+
+def as_tensor(data: bytes):
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0)
+
+
+@pytest.mark.parametrize("state", ["cached", "half", "not-cached"])
+def test_a_dataloader_reads_every_sample_equal_to_the_source(redis_node, tmp_path, state):
+    files = write_dataset(tmp_path / "src", files=12, size=300_000)
+    url = redis_node().url
+    tier = RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+    only = {"cached": None, "half": 6, "not-cached": 0}[state]
+    hydrate_directly(tier, "ds", f"file://{tmp_path}/src", only=only,
+                     phase="ready" if state == "cached" else "hydrating")
+    samples = CachedSamples("ds", tier_url=url, prefix="t")  # bytes pass through the loader
+    options = {**loader_options(workers=2, batch_size=1), "shuffle": False, "batch_size": None}
+    loader = torch.utils.data.DataLoader(samples, **options)
+    for epoch in range(2):
+        got = list(loader)
+        assert got == [files[p] for p in sorted(files)], f"epoch {epoch}"
+    samples.close()
+    tensors = CachedSamples("ds", tier_url=url, prefix="t", transform=as_tensor)
+    first = next(iter(torch.utils.data.DataLoader(tensors, batch_size=None, num_workers=1)))
+    assert first.shape == (len(files[sorted(files)[0]]),)
+    assert int(first[:1000].sum()) == sum(files[sorted(files)[0]][:1000])
+    tensors.close()
