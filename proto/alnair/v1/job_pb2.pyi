@@ -419,6 +419,8 @@ class TrainingJobRecord(_message.Message):
     HEARD_ROUND_FIELD_NUMBER: _builtins.int
     SUCCEEDED_FIELD_NUMBER: _builtins.int
     RETRY_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_SECONDS_FIELD_NUMBER: _builtins.int
+    FIRST_RUN_AT_FIELD_NUMBER: _builtins.int
     created_at: _builtins.float
     grant: _builtins.int
     wish: _builtins.int
@@ -426,6 +428,9 @@ class TrainingJobRecord(_message.Message):
     heard_round: _builtins.int
     succeeded: _builtins.int
     retry_at: _builtins.float
+    running_seconds: _builtins.float
+    """Seconds spent Running before the current phase, and when the job first ran."""
+    first_run_at: _builtins.float
     @_builtins.property
     def state(self) -> Global___JobState:
         """The last published state (spec, phase, reason, world, target, restarts, generation...)."""
@@ -457,13 +462,20 @@ class TrainingJobRecord(_message.Message):
         heard_round: _builtins.int = ...,
         succeeded: _builtins.int = ...,
         retry_at: _builtins.float = ...,
+        running_seconds: _builtins.float = ...,
+        first_run_at: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_wish", b"_wish", "state", b"state", "wish", b"wish"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "first_run_at", b"first_run_at", "state", b"state", "wish", b"wish"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "placed", b"placed", "retry_at", b"retry_at", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__first_run_at: _TypeAlias = _typing.Literal["first_run_at"]  # noqa: Y015
+    _WhichOneofArgType__first_run_at: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at"]  # noqa: Y015
     _WhichOneofReturnType__wish: _TypeAlias = _typing.Literal["wish"]  # noqa: Y015
     _WhichOneofArgType__wish: _TypeAlias = _typing.Literal["_wish", b"_wish"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__first_run_at) -> _WhichOneofReturnType__first_run_at | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__wish) -> _WhichOneofReturnType__wish | None: ...
 
 Global___TrainingJobRecord: _TypeAlias = TrainingJobRecord  # noqa: Y015

@@ -75,7 +75,7 @@ async def controller(nats_server: NatsServer):
 
 
 async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_published(
-        bus: Bus, controller: ej.ElasticJobService) -> None:
+        bus: Bus, controller: ej.ElasticJobService, promtool) -> None:  # type: ignore[no-untyped-def]
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     await bus.subscribe(subjects.error("elastic-job"), platform_pb2.ErrorEvent, seen.on_error)
@@ -91,6 +91,18 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
                       job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
     s = await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
     assert s.replicas == 3 and [w.uid for w in s.workers] == list("abc")
+
+    async def exported() -> str | None:
+        import httpx
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"http://127.0.0.1:{controller.http.port}/metrics")).text
+        return text if 'alnair_elastic_job_world_size{job="resnet",namespace="default"} 3.0' in text else None
+
+    text = await wait_for(exported, what="world size 3 on /metrics")
+    assert 'alnair_elastic_job_goodput_ratio{job="resnet",namespace="default"}' in text
+    assert 'alnair_elastic_job_jobs{phase="Running"}' in text
+    ours = "\n".join(line for line in text.splitlines() if "alnair_elastic_job_" in line) + "\n"
+    assert promtool(ours) == []
 
     await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=137)
     s = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")

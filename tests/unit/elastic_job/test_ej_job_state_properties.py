@@ -123,8 +123,13 @@ def invariants(j: TrainingJob, s: JobStatus) -> None:
 @settings(max_examples=400, deadline=None)
 @given(jobs, timed)
 def test_invariants_hold_after_every_input(j: TrainingJob, events: list) -> None:
-    for before, event, after, _ in run(j, events):
+    for before, event, after, now in run(j, events):
         invariants(j, after)
+        assert 0.0 <= after.goodput(now) <= 1.0
+        if after.first_run_at is None:
+            assert after.running_seconds == 0.0
+        else:
+            assert after.running_seconds <= now - after.first_run_at + 1e-9
         if after is not before:
             assert after.generation == before.generation + 1 and after.cause == event.kind
         assert after.restarts - before.restarts in (0, 1)

@@ -217,3 +217,16 @@ def test_a_round_heard_before_its_members_were_placed_takes_effect_once_they_are
     r(WorkersPlaced(frozenset("c")))
     assert r.s.phase is Phase.RESCALING and r.s.reason == "ScalingUp"
     assert r(RendezvousComplete(frozenset("abc"), 2)).world_size == 3
+
+
+def test_goodput_is_the_share_of_time_since_the_first_run_spent_running() -> None:
+    r = Run(job(2, 3))
+    r(CapacityChanged(3), dt=0.0)
+    r(WorkersPlaced(frozenset("abc")), dt=0.0)
+    s = r(RendezvousComplete(frozenset("abc"), 1), dt=50.0)  # first runs at t=50
+    assert s.first_run_at == 50.0 and s.goodput(50.0) == 0.0 and s.goodput(150.0) == 1.0
+    r(WorkerExited("b", 1), dt=100.0)                       # t=150: 100 s of training
+    s = r(RendezvousComplete(frozenset("ac"), 2), dt=20.0)  # t=170: 20 s lost
+    assert s.running_seconds == 100.0
+    assert s.goodput(250.0) == pytest.approx((100.0 + 80.0) / 200.0)
+    assert submitted(0.0).goodput(10.0) == 0.0

@@ -104,6 +104,8 @@ class JobStatus:
     ended: frozenset[str] = frozenset()   # exited workers: a late duplicate report is ignored
     heard: frozenset[str] = frozenset()   # members of the newest round not yet in effect
     heard_round: int = 0
+    running_seconds: float = 0.0          # time spent Running before the current phase
+    first_run_at: float | None = None     # when it first ran
     succeeded: int = 0
     retry_at: float = 0.0
     cause: str = "submitted"
@@ -121,6 +123,17 @@ class JobStatus:
     @property
     def completing(self) -> bool:
         return self.phase is Phase.RUNNING and self.succeeded > 0
+
+    def goodput(self, now: float) -> float:
+        """Share of the wall time since the job first ran that it spent Running.
+
+        The controller's view: an upper bound of useful step time / wall time, until workers
+        report their step times (steps redone after a restart from a checkpoint still count
+        here as useful)."""
+        if self.first_run_at is None or now <= self.first_run_at:
+            return 0.0
+        running = self.running_seconds + (now - self.entered_at if self.phase is Phase.RUNNING else 0.0)
+        return max(0.0, min(1.0, running / (now - self.first_run_at)))
 
 
 def submitted(now: float) -> JobStatus:

@@ -86,8 +86,11 @@ def _checked_scale(job: TrainingJob, n: int) -> int:
 def _move(s: JobStatus, phase: Phase, reason: str, message: str, now: float, cause: str,
           *, reenter: bool = False, **changes: object) -> JobStatus:
     entered = now if reenter or phase is not s.phase else s.entered_at
+    ran = s.running_seconds + (now - s.entered_at if s.phase is Phase.RUNNING and entered == now else 0.0)
+    first = now if s.first_run_at is None and phase is Phase.RUNNING else s.first_run_at
     return replace(s, phase=phase, reason=reason, message=message, entered_at=entered,
-                   generation=s.generation + 1, cause=cause, previous=s.phase, **changes)
+                   generation=s.generation + 1, cause=cause, previous=s.phase,
+                   running_seconds=ran, first_run_at=first, **changes)
 
 
 def _update(s: JobStatus, cause: str, **changes: object) -> JobStatus:

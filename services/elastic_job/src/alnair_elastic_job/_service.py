@@ -49,6 +49,7 @@ from alnair_common import (
     subjects,
 )
 
+from . import _metrics
 from ._allocator import FreeCard
 from ._capacity import ALLOCATIONS_BUCKET, INVENTORY_BUCKET, free_cards
 from ._controller import Controller, TrackedJob, job_key, worker_actions
@@ -80,6 +81,7 @@ class ElasticJobService(Service):
         self.capacity = capacity
         self.clock = clock
         self._lock = asyncio.Lock()
+        self._forgotten: list[tuple[str, str]] = []
 
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
@@ -146,6 +148,8 @@ class ElasticJobService(Service):
                 now = self.clock()
                 changed = self.controller.reallocate(self.capacity(), now) if self.capacity else []
                 await self._publish(changed + self.controller.tick(now))
+                _metrics.observe(self.controller.jobs.values(), self._forgotten, now)
+                self._forgotten.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), every)
 
@@ -167,6 +171,7 @@ class ElasticJobService(Service):
             await self._publish(changed)
             if isinstance(action, DeleteCommand) and job_key(namespace, name) not in self.controller.jobs:
                 await self.records.delete(record_key(namespace, name))  # a finished job forgotten
+                self._forgotten.append((namespace, name))
 
     async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
         found = worker_input(event)
@@ -185,12 +190,14 @@ class ElasticJobService(Service):
 
     async def _publish(self, changed: list[TrackedJob], *, store: bool = True) -> None:
         assert self.bus is not None
+        if store:
+            _metrics.transitioned(changed)
         for t in changed:
             s = t.status
+            now = self.clock()
             if store:
-                await self.records.put(record_key(t.job.namespace, t.job.name),
-                                       record_to_proto(t, self.clock()))
-            await self.bus.publish(subjects.job_state(t.job.name), state_to_proto(t.job, s, self.clock()),
+                await self.records.put(record_key(t.job.namespace, t.job.name), record_to_proto(t, now))
+            await self.bus.publish(subjects.job_state(t.job.name), state_to_proto(t.job, s, now, s.goodput(now)),
                                    msg_id=f"{t.job.namespace}.{t.job.name}.{s.generation}")
             actions = worker_actions(t)
             self.log.info("job transition", job=t.key, phase=s.phase.value, reason=s.reason,
