@@ -6,6 +6,7 @@ import pytest
 from cache_support import MIB, assert_consistent, stored_chunks, upload, write_dataset
 from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings, settled, spec, status
 
+from alnair_common.testing import wait_for
 from alnair_dataset import DatasetReader, RedisTier, connect
 
 
@@ -146,3 +147,31 @@ async def test_eviction_spares_pinned_and_in_use_data_sets(bus, nats_server, tie
         assert (await status(bus, "c")).phase == PHASE.CACHE_PHASE_EVICTED
         assert (await status(bus, "d")).phase == PHASE.CACHE_PHASE_READY
         assert_consistent(tier_of(tier_url))
+
+
+async def test_a_source_changing_while_hydrating_fails_without_listing_the_changed_file(
+        bus, nats_server, tier_url, tmp_path):
+    root = tmp_path / "data"
+    files = write_dataset(root / "live", files=8, size=200_000)
+    s = settings(nats_server.url, tier_url, tmp_path, cache_allowed_roots=str(root),
+                 cache_hydrate_bytes_per_second=800_000)  # ~2 s for the whole set
+    async with running(s):
+        request_id = await add(bus, spec("live", f"file://{root}/live"))
+
+        async def under_way():
+            st = await status(bus, "live")
+            return st if st is not None and st.files_cached >= 1 else None
+
+        await wait_for(under_way, timeout=10, what="hydration under way")
+        last = sorted(files)[-1]
+        (root / "live" / last).write_bytes(b"a newer version")  # listed, not yet read
+        failed = await settled(bus, "live", request_id)
+        assert (failed.phase, failed.reason) == (PHASE.CACHE_PHASE_FAILED, "source-changed")
+        assert last in failed.message and "changed since it was listed" in failed.message
+        manifest = tier_of(tier_url).manifest("live")
+        assert last not in manifest and 1 <= len(manifest) < len(files)
+        with DatasetReader("live", tier_url=tier_url, prefix="t") as reader:  # still correct
+            assert reader.read(last) == b"a newer version"
+            assert reader.read(sorted(files)[0]) == files[sorted(files)[0]]
+        again = await settled(bus, "live", await add(bus, spec("live", f"file://{root}/live")))
+        assert again.phase == PHASE.CACHE_PHASE_READY  # adding it again hydrates the new version

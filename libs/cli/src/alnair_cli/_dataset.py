@@ -171,11 +171,16 @@ def datasets_table(statuses: list[cache_pb2.CacheDatasetStatus]) -> Table:
     for s in statuses:
         phase = PHASES.get(s.phase, "?")
         style = {"ready": "green", "failed": "red"}.get(phase, "yellow")
-        table.add_row(s.dataset, f"[{style}]{phase}[/]", f"{s.progress:.0%}",
+        table.add_row(s.dataset, f"[{style}]{phase}[/]", f"{_bar(s.progress)} {s.progress:.0%}",
                       f"{gib(s.cached_bytes)} / {gib(s.total_bytes)}",
                       f"{s.files_cached}/{s.files_total}", gib(s.dedup_saved_bytes), s.source,
                       (f"{s.reason}: " if s.reason else "") + s.message)
     return table
+
+
+def _bar(fraction: float, width: int = 12) -> str:
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
 
 
 def as_json(s: cache_pb2.CacheDatasetStatus) -> dict[str, object]:
