@@ -15,12 +15,19 @@ def tier_url(redis_node):
     return redis_node().url
 
 
+@pytest.fixture(params=["single", "cluster"])
+def any_tier_url(request, redis_node, redis_cluster):
+    """One redis-server, or a Redis Cluster of three (the hydrator is given its seed URL)."""
+    return redis_node().url if request.param == "single" else redis_cluster(masters=3).url
+
+
 def tier_of(url: str) -> RedisTier:
     return RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
 
 
 async def test_two_users_adding_the_same_s3_data_set_store_it_once(
-        bus, nats_server, tier_url, s3_server, tmp_path, monkeypatch):
+        bus, nats_server, any_tier_url, s3_server, tmp_path, monkeypatch):
+    tier_url = any_tier_url
     files = write_dataset(tmp_path / "gen", files=5)
     bucket = s3_server.make_bucket()
     upload(s3_server.client(), bucket, "imagenet", files)
