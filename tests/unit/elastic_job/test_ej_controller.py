@@ -27,7 +27,7 @@ def test_a_job_goes_from_submission_to_running_through_grants_and_worker_facts()
     assert c.submit(JOB, 1.0) == [], "the same spec again is a redelivery"
     [t] = c.reallocate(CARDS, 2.0)
     assert (t.status.phase, t.status.grant, t.status.target) == (ej.Phase.SCHEDULING, 3, 3)
-    assert ej.worker_actions(t) == ej.WorkerActions(3, frozenset())
+    assert ej.worker_actions(t) == ej.WorkerActions(3, frozenset(), gang=2), "a gang of min first"
     for uid in ("a", "b", "c"):
         key, event = ej.worker_input(worker_event(uid, workload_pb2.WORKLOAD_PHASE_BOUND))
         assert key == KEY
@@ -39,7 +39,7 @@ def test_a_job_goes_from_submission_to_running_through_grants_and_worker_facts()
     assert (t.status.phase, t.status.world_size) == (ej.Phase.RUNNING, 3)
     [t] = c.apply(*ej.worker_input(worker_event("b", workload_pb2.WORKLOAD_PHASE_FAILED, code=137)), 5.0)
     assert (t.status.phase, t.status.reason) == (ej.Phase.RESCALING, "WorkerFailed")
-    assert ej.worker_actions(t) == ej.WorkerActions(1, frozenset()), "a replacement is asked for"
+    assert ej.worker_actions(t) == ej.WorkerActions(1, frozenset(), gang=0), "one replacement"
 
 
 def test_another_spec_for_a_live_job_is_refused_and_a_finished_one_is_forgotten_on_delete() -> None:

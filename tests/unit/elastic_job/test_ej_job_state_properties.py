@@ -221,3 +221,21 @@ def test_every_status_survives_the_record_a_restarted_controller_reads(j: Traini
         wire = record_to_proto(TrackedJob(j, after), now).SerializeToString()
         back = record_from_proto(job_pb2.TrainingJobRecord.FromString(wire))
         assert back.job == j and back.status == after
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs, timed)
+def test_the_table_says_truly_which_inputs_leave_each_phase(j: TrainingJob, events: list) -> None:
+    """The CLI shows TABLE to users: every phase change must be one it lists (a "tick"
+    is the phase's timeout, "deadline" the active deadline, whichever input carried it)."""
+    from alnair_elastic_job import TABLE
+    for before, event, after, _ in run(j, events):
+        if after.phase is before.phase:
+            continue
+        allowed = TABLE[before.phase].leaves_on
+        if after.reason == "DeadlineExceeded":
+            assert "deadline" in allowed
+        elif event.kind == "tick":
+            assert TABLE[before.phase].timeout != "none"
+        else:
+            assert event.kind in allowed, (before.phase, event.kind, after.phase)

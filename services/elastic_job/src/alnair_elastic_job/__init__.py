@@ -23,6 +23,7 @@ from ._job_states import (
     WorkerExited,
     WorkersPlaced,
     WorkerStarted,
+    state_table_markdown,
     submitted,
     timeout_seconds,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "phase_from_proto",
     "rendezvous_input",
     "state_to_proto",
+    "state_table_markdown",
     "step",
     "submitted",
     "timeout_seconds",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ._allocator import DEFAULT_HYSTERESIS, ElasticDemand, FreeCard, Hysteresis, ScalingCurve, allocate
 from ._errors import JobSpecError, TransitionError
 from ._job_spec import TrainingJob
-from ._job_states import CapacityChanged, DeleteCommand, JobInput, JobStatus, Tick, submitted
+from ._job_states import CapacityChanged, DeleteCommand, JobInput, JobStatus, Phase, Tick, submitted
 from ._job_transitions import step
 
 
@@ -35,16 +35,22 @@ class TrackedJob:
 
 @dataclass(frozen=True)
 class WorkerActions:
-    """What the adapters should do now: ``create`` more workers, stop ``stop``."""
+    """What the adapters should do now: ``create`` more workers, stop ``stop``.
+
+    ``gang`` is the PodGroup's ``minMember`` when the workers start from none (a new gang:
+    all of ``minReplicas`` or nothing, so no partial gang holds GPUs while it waits), and 0
+    when workers are added to a running job one by one."""
 
     create: int
     stop: frozenset[str]
+    gang: int = 0
 
 
 def worker_actions(t: TrackedJob) -> WorkerActions:
     s = t.status
     want = 0 if s.phase.terminal or s.completing else max(0, s.target - len(s.alive))
-    return WorkerActions(want, s.stopping)
+    gang = t.job.min_replicas if want and not s.alive and s.phase is Phase.SCHEDULING else 0
+    return WorkerActions(want, s.stopping, gang)
 
 
 class Controller:

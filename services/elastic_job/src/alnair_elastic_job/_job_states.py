@@ -51,6 +51,8 @@ class PhaseInfo:
     on_timeout: str
 
 
+# What leaves a phase, by input kind; "deadline" is spec.deadlines.activeDeadlineSeconds
+# (checked on every input) and the phase's own timeout fires on a "tick".
 _ALWAYS = ("delete", "deadline")
 TABLE: dict[Phase, PhaseInfo] = {
     Phase.PENDING: PhaseInfo(
@@ -58,21 +60,23 @@ TABLE: dict[Phase, PhaseInfo] = {
         "spec.deadlines.schedulingTimeoutSeconds", "Failed (PendingTimeout)"),
     Phase.SCHEDULING: PhaseInfo(
         "admitted: a gang of the target size is asked for, placed, started, then meets in a "
-        "rendezvous", ("rendezvous-complete", "capacity", "worker-exited", *_ALWAYS),
+        "rendezvous", ("rendezvous-complete", "workers-placed", "worker-started", "capacity",
+                       "worker-exited", *_ALWAYS),
         "spec.deadlines.schedulingTimeoutSeconds",
         "target lowered to minReplicas and retried once; at minReplicas Failed (SchedulingTimeout)"),
     Phase.RUNNING: PhaseInfo(
         "training with a world size within minReplicas..maxReplicas",
-        ("worker-exited", "capacity", "scale", *_ALWAYS),
+        ("worker-exited", "workers-placed", "capacity", "scale", *_ALWAYS),
         "none while training; once a worker exited 0 (Completing) "
         "spec.deadlines.rendezvousTimeoutSeconds", "Succeeded, the stragglers stopped"),
     Phase.RESCALING: PhaseInfo(
         "changing the world size: workers added or stopped, the rest meet in a new rendezvous",
-        ("rendezvous-complete", "worker-exited", "capacity", *_ALWAYS),
+        ("rendezvous-complete", "workers-placed", "worker-started", "worker-exited", "capacity",
+         *_ALWAYS),
         "spec.deadlines.rendezvousTimeoutSeconds", "Recovering (RendezvousTimeout), one restart used"),
     Phase.RECOVERING: PhaseInfo(
         "a worker failed: every worker is stopped and the job waits its restart back-off",
-        ("capacity", *_ALWAYS), "the back-off of spec.restartPolicy",
+        _ALWAYS, "the back-off of spec.restartPolicy",
         "Scheduling a new gang (Pending if capacity is below minReplicas)"),
     Phase.DELETING: PhaseInfo(
         "stopping every worker", ("worker-exited",), f"{STOP_GRACE_SECONDS:.0f} s stop grace",
@@ -81,6 +85,15 @@ TABLE: dict[Phase, PhaseInfo] = {
     Phase.FAILED: PhaseInfo("ended by a failure the restart policy does not cover", (), "none", "-"),
     Phase.DELETED: PhaseInfo("deleted by its owner", (), "none", "-"),
 }
+
+
+def state_table_markdown() -> str:
+    """The table as Markdown (the service README embeds it; the CLI may print it)."""
+    rows = ["| phase | means | left by | timeout | on timeout |", "|---|---|---|---|---|"]
+    for phase, info in TABLE.items():
+        rows.append(f"| {phase.value} | {info.meaning} | {', '.join(info.leaves_on) or '(terminal)'} "
+                    f"| {info.timeout} | {info.on_timeout} |")
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)

@@ -202,5 +202,5 @@ class ElasticJobService(Service):
             actions = worker_actions(t)
             self.log.info("job transition", job=t.key, phase=s.phase.value, reason=s.reason,
                           cause=s.cause, world_size=s.world_size, target=s.target,
-                          restarts=s.restarts, create_workers=actions.create,
+                          restarts=s.restarts, create_workers=actions.create, gang=actions.gang,
                           stop_workers=sorted(actions.stop))
