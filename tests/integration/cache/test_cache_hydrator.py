@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from cache_support import MIB, assert_consistent, stored_chunks, upload, write_dataset
 from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings, settled, spec, status
+from prometheus_client import generate_latest
 
 from alnair_common.testing import wait_for
 from alnair_dataset import DatasetReader, RedisTier, connect
@@ -26,7 +27,7 @@ def tier_of(url: str) -> RedisTier:
 
 
 async def test_two_users_adding_the_same_s3_data_set_store_it_once(
-        bus, nats_server, any_tier_url, s3_server, tmp_path, monkeypatch):
+        bus, nats_server, any_tier_url, s3_server, tmp_path, monkeypatch, promtool):
     tier_url = any_tier_url
     files = write_dataset(tmp_path / "gen", files=5)
     bucket = s3_server.make_bucket()
@@ -50,6 +51,13 @@ async def test_two_users_adding_the_same_s3_data_set_store_it_once(
         assert tier.usage().stored_bytes == logical
         assert all(refs == {"alice-imagenet", "bob-imagenet"} for refs in stored_chunks(tier).values())
 
+        exposition = "\n".join(line for line in generate_latest().decode().splitlines()
+                               if "alnair_cache_" in line) + "\n"
+        assert 'alnair_cache_hydrator_hydrations_total{phase="ready",reason="none"}' in exposition
+        gauge = next(line for line in exposition.splitlines()
+                     if line.startswith("alnair_cache_tier_stored_bytes "))
+        assert float(gauge.split()[1]) == logical
+        assert promtool(exposition) == []
         # a training job needs only the name and the tier: the tier says where the data are
         with DatasetReader("bob-imagenet", tier_url=tier_url, prefix="t") as reader:
             assert {p: reader.read(p) for p in reader.files()} == files

@@ -33,6 +33,7 @@ from alnair_dataset import (
 )
 
 from ._domain import DatasetStatus, Phase
+from ._metrics import FILES, SOURCE_READ, STORED, TIER_BUDGET, TIER_STORED
 
 log = get_logger("alnair.cache-hydrator")
 Publish = Callable[[DatasetStatus], Awaitable[None]]
@@ -105,14 +106,18 @@ class Hydration:
             if self._stopped.is_set():
                 return self.status
             try:
-                await self._retrying(lambda file=file: store_file(tier, key, source, file, budget),
-                                     f"storing {file.path}")
+                stored = await self._retrying(
+                    lambda file=file: store_file(tier, key, source, file, budget),
+                    f"storing {file.path}")
             except CapacityError as e:
                 raise CapacityError(f"{e}; {self.status.files_cached} of {len(listing)} files "
                                     f"were cached before the budget ran out"
                                     + (f"; kept: {', '.join(kept)}" if kept else "")) from e
             cached += file.size
             read += file.size
+            SOURCE_READ.inc(file.size)
+            STORED.inc(stored.new_bytes)  # type: ignore[attr-defined]
+            FILES.inc()
             if self._rate:
                 await self._pause(began + read / self._rate - time.monotonic())
             self.status = self.status.evolve(cached_bytes=cached,
@@ -124,6 +129,8 @@ class Hydration:
         stale = [p for p in done if p not in listed]
         await self._retrying(lambda: self._collect(tier, key, stale), "releasing stale chunks")
         fp = await self._retrying(lambda: tier.footprint(key), "measuring the data set")
+        usage = await self._retrying(tier.usage, "reading the tier's usage")
+        TIER_STORED.set(usage.stored_bytes)
         await self._retrying(lambda: tier.set_meta(key, self._meta("ready")),
                              "describing the data set")
         return await self._report(
@@ -137,6 +144,8 @@ class Hydration:
         """Evict other data sets if ``needed`` bytes (an upper bound: dedup may need less) do
         not fit; return why the rest were kept, for the message if it still does not fit."""
         usage = await self._retrying(tier.usage, "reading the tier's usage")
+        TIER_STORED.set(usage.stored_bytes)
+        TIER_BUDGET.set(usage.budget_bytes)
         if needed <= usage.free_bytes:
             return []
         evicted, kept = await self._make_room(self.status.spec.key, needed - usage.free_bytes)

@@ -38,6 +38,7 @@ from ._domain import (
 )
 from ._errors import InvalidRequestError, TierBusyError
 from ._hydration import Hydration
+from ._metrics import EVICTIONS, OUTCOMES
 from ._settings import CacheHydratorSettings
 
 BUCKET = "cache_datasets"
@@ -159,7 +160,9 @@ class CacheHydratorService(Service):
     async def _hydrate(self, key: str, hydration: Hydration) -> DatasetStatus:
         try:
             async with self._slots:
-                return await hydration.run()
+                final = await hydration.run()
+                OUTCOMES.labels(final.phase.name.lower(), final.reason or "none").inc()
+                return final
         except Exception as e:  # a bug must fail this data set, not the service
             self.log.exception("hydration crashed", dataset=key)
             return await hydration._fail("internal-error", f"hydration crashed: {e!r}")
@@ -195,6 +198,7 @@ class CacheHydratorService(Service):
             await asyncio.to_thread(tier.drop_manifest, key)
             freed += gone
             evicted.append(key)
+            EVICTIONS.inc()
             self.log.info("evicted", dataset=key, freed_bytes=gone, for_dataset=for_key)
             await self._put(status.evolve(
                 phase=Phase.EVICTED, reason="evicted", cached_bytes=0, files_cached=0,

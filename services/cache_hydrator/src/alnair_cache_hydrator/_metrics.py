@@ -1,0 +1,16 @@
+"""The cache hydrator's Prometheus metrics (served on the health port's ``/metrics``)."""
+
+from prometheus_client import Counter, Gauge
+
+SOURCE_READ = Counter("alnair_cache_hydrator_source_read_bytes_total",
+                      "Bytes read from data set sources while hydrating.")
+STORED = Counter("alnair_cache_hydrator_stored_bytes_total",
+                 "Bytes of new chunks stored in the tier (what dedup did not find there).")
+FILES = Counter("alnair_cache_hydrator_files_total", "Files hydrated into the tier.")
+OUTCOMES = Counter("alnair_cache_hydrator_hydrations_total",
+                   "Hydrations ended, by phase and reason code (bounded: CacheDatasetStatus.reason).",
+                   ["phase", "reason"])
+EVICTIONS = Counter("alnair_cache_hydrator_evictions_total",
+                    "Data sets evicted to make room for another.")
+TIER_STORED = Gauge("alnair_cache_tier_stored_bytes", "Bytes the tier stores (each chunk once).")
+TIER_BUDGET = Gauge("alnair_cache_tier_budget_bytes", "Bytes the tier may store.")
