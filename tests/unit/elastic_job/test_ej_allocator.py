@@ -69,15 +69,23 @@ def test_fractional_workers_pack_onto_cards_and_whole_ones_need_untouched_cards(
 
 
 def test_a_recent_change_holds_and_a_small_gain_does_not_move_a_job() -> None:
-    a = ElasticDemand("a", 1, 4, WHOLE, current=1, changed_at=900.0, arrival=0.0)
-    b = ElasticDemand("b", 1, 4, WHOLE, current=3, changed_at=900.0, arrival=1.0)
+    scales = ScalingCurve(efficiency=1.0)
+    flat = ScalingCurve.of({1: 100, 2: 110, 3: 115, 4: 118})
+    a = ElasticDemand("a", 1, 4, WHOLE, scales, current=1, changed_at=900.0, arrival=0.0)
+    b = ElasticDemand("b", 1, 4, WHOLE, flat, current=3, changed_at=900.0, arrival=1.0)
     h = Hysteresis(min_gain=0.1, min_interval_seconds=300.0)
     assert allocate(cards(4), [a, b], 1000.0, h) == {"a": 1, "b": 3}, "changed 100 s ago"
-    assert allocate(cards(4), [a, b], 1300.0, h) == {"a": 2, "b": 2}, "rebalanced once allowed"
-    flat = ScalingCurve.of({1: 100, 2: 105, 3: 108, 4: 110})
-    a2 = ElasticDemand("a", 1, 4, WHOLE, flat, current=1, arrival=0.0)
-    b2 = ElasticDemand("b", 1, 4, WHOLE, flat, current=3, arrival=1.0)
-    assert allocate(cards(4), [a2, b2], 1e6, h) == {"a": 1, "b": 3}, "a 5 % gain is not worth it"
+    assert allocate(cards(4), [a, b], 1300.0, h) == {"a": 3, "b": 1}, "rebalanced once allowed"
+    even = ScalingCurve(efficiency=0.9)
+    a2 = ElasticDemand("a", 1, 4, WHOLE, even, current=1, arrival=0.0)
+    b2 = ElasticDemand("b", 1, 4, WHOLE, even, current=3, arrival=1.0)
+    assert allocate(cards(4), [a2, b2], 1e6, h) == {"a": 1, "b": 3}, "2+2 is worth no more than 1+3"
+    noisy = ScalingCurve.of({1: 100, 2: 190, 3: 275, 4: 350})
+    a3 = ElasticDemand("a", 1, 4, WHOLE, ScalingCurve.of({1: 100, 2: 195, 3: 285, 4: 370}),
+                       current=2, arrival=0.0)
+    b3 = ElasticDemand("b", 1, 4, WHOLE, noisy, current=2, arrival=1.0)
+    assert allocate(cards(4), [a3, b3], 1e6, h) == {"a": 2, "b": 2}, "a few % is noise, not a reason"
+    assert allocate(cards(4), [a3, b3], 1e6, NO_HYSTERESIS) != {"a": 2, "b": 2}
 
 
 def test_growth_stops_at_max_and_leaves_the_rest_free() -> None:

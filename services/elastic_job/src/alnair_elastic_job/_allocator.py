@@ -12,8 +12,8 @@ Why this shape:
   anything grown. A job whose ``min`` no longer fits the cards gets 0 (it must wait).
 * **Hysteresis.** Each rescale stops and re-rendezvous the job's workers (torchrun restarts
   the group), so a change must pay: a running job changed less than
-  ``min_interval_seconds`` ago keeps its size, and one whose proposed size changes its
-  speedup by less than ``min_gain`` (relative) keeps its size too.
+  ``min_interval_seconds`` ago keeps its size, and the running jobs are resized at all
+  only if that raises cluster goodput by ``min_gain`` (relative) over keeping their sizes.
 * **Capacity is cards, not a number.** A fractional worker needs its memory and compute on
   one card, a whole-GPU worker ``k`` untouched cards of one node; every grant is checked by
   packing it, so the sum of grants always fits. The cards passed in are what elastic jobs
@@ -170,22 +170,28 @@ def _plan(cards: list[FreeCard], jobs: list[ElasticDemand], fixed: Mapping[str, 
     return grant
 
 
+def _value(jobs: list[ElasticDemand], grant: Mapping[str, int]) -> float:
+    """Cluster goodput of a grant: the sum of the jobs' speedups."""
+    return sum(d.curve.speedup(grant[d.name]) for d in jobs)
+
+
 def allocate(cards: Iterable[FreeCard], jobs: Iterable[ElasticDemand], now: float,
              hysteresis: Hysteresis = DEFAULT_HYSTERESIS) -> dict[str, int]:
     """Workers per job (0: not admitted now). Deterministic; never over the cards, never
-    a running job below its min while its min fits."""
+    a running job below its min while its min fits.
+
+    Two plans are made: the best one (sizes changed within the interval held), and the one
+    that keeps every running job at its size (waiting jobs still admitted and grown). The
+    best is taken only if it beats keeping by ``min_gain`` of cluster goodput: a gain per job
+    would let measurement noise move workers back and forth between jobs of similar value.
+    """
     cards = list(cards)
     ordered = sorted(jobs, key=lambda d: (d.arrival, d.name))
-    recent = {d.name: d.current for d in ordered if d.current >= d.min_replicas
-              and now - d.changed_at < hysteresis.min_interval_seconds}
-    proposal = _plan(cards, ordered, recent)
-    sticky = dict(recent)
-    for d in ordered:
-        if d.name in recent or d.current < d.min_replicas or proposal[d.name] == d.current:
-            continue
-        if proposal[d.name] == 0:
-            continue  # its min no longer fits: it must give way
-        change = abs(d.curve.speedup(proposal[d.name]) / d.curve.speedup(d.current) - 1.0)
-        if change < hysteresis.min_gain:
-            sticky[d.name] = d.current
-    return proposal if sticky == recent else _plan(cards, ordered, sticky)
+    running = {d.name: d.current for d in ordered if d.current >= d.min_replicas}
+    recent = {n: c for n, c in running.items()
+              if now - next(d.changed_at for d in ordered if d.name == n) < hysteresis.min_interval_seconds}
+    best = _plan(cards, ordered, recent)
+    keep = _plan(cards, ordered, running)
+    if best == keep or _value(ordered, best) >= (1.0 + hysteresis.min_gain) * _value(ordered, keep):
+        return best
+    return keep
