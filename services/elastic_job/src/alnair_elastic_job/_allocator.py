@@ -188,8 +188,8 @@ def allocate(cards: Iterable[FreeCard], jobs: Iterable[ElasticDemand], now: floa
     cards = list(cards)
     ordered = sorted(jobs, key=lambda d: (d.arrival, d.name))
     running = {d.name: d.current for d in ordered if d.current >= d.min_replicas}
-    recent = {n: c for n, c in running.items()
-              if now - next(d.changed_at for d in ordered if d.name == n) < hysteresis.min_interval_seconds}
+    recent = {d.name: d.current for d in ordered if d.name in running
+              and now - d.changed_at < hysteresis.min_interval_seconds}
     best = _plan(cards, ordered, recent)
     keep = _plan(cards, ordered, running)
     if best == keep or _value(ordered, best) >= (1.0 + hysteresis.min_gain) * _value(ordered, keep):
