@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
+from urllib.parse import unquote
 
-from alnair_dataset import RedisTier
+from alnair_dataset import DirectoryTier, RedisTier
 
 MIB = 1 << 20
 
@@ -30,8 +31,13 @@ def upload(s3, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
         s3.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
 
 
-def stored_chunks(tier: RedisTier) -> dict[str, set[str]]:
+def stored_chunks(tier: RedisTier | DirectoryTier) -> dict[str, set[str]]:
     """Every chunk id in the tier and the data sets referencing it, read key by key."""
+    if isinstance(tier, DirectoryTier):
+        out = {c.name: set() for c in (tier.root / "chunks").glob("*/*")}
+        for ref in (tier.root / "refs").glob("*/*/*"):
+            out.setdefault(ref.parent.name, set()).add(unquote(ref.name))
+        return out
     client = tier.client
     out: dict[str, set[str]] = {}
     for key in client.scan_iter(match=f"{tier.prefix}:chunk:*", count=1000):
@@ -41,9 +47,17 @@ def stored_chunks(tier: RedisTier) -> dict[str, set[str]]:
     return out
 
 
-def assert_consistent(tier: RedisTier) -> None:
+def assert_consistent(tier: RedisTier | DirectoryTier) -> None:
     """Usage equals what is stored; no chunk without referrers; every manifest chunk stored."""
     chunks = stored_chunks(tier)
+    if isinstance(tier, DirectoryTier):
+        sizes = {cid: (tier.root / "chunks" / cid[:2] / cid).stat().st_size for cid in chunks}
+        assert tier.usage().stored_bytes == sum(sizes.values())
+        assert tier.usage().chunks == len(chunks)
+        assert all(refs for refs in chunks.values()), "a stored chunk nobody references"
+        for cid, (data,) in ((c, tier.get_chunks([c])) for c in chunks):
+            assert data is not None and hashlib.sha256(data).hexdigest() == cid
+        return
     sizes = {cid: tier.client.strlen(f"{tier.prefix}:chunk:{{{cid[:2]}}}:{cid}") for cid in chunks}
     usage = tier.usage()
     assert usage.stored_bytes == sum(sizes.values())

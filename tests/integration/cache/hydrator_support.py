@@ -18,7 +18,7 @@ PHASE = cache_pb2.CachePhase
 
 
 def settings(nats_url: str, tier_url: str, data_dir: Path, **extra: Any) -> CacheHydratorSettings:
-    return CacheHydratorSettings(nats_url=nats_url, cache_redis_url=tier_url, data_dir=data_dir,
+    return CacheHydratorSettings(nats_url=nats_url, cache_tier_url=tier_url, data_dir=data_dir,
                                  cache_prefix="t", cache_status_interval_seconds=0.05,
                                  cache_tier_retry_seconds=0.1, **extra)
 

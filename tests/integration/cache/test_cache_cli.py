@@ -10,7 +10,10 @@ import sys
 
 from cache_support import write_dataset
 
+from alnair.v1 import cache_pb2
+from alnair_cli._dataset import dataset_environment
 from alnair_common import ensure_streams
+from alnair_dataset import DatasetReader
 
 ALNAIR = [sys.executable, "-m", "alnair_cli"]
 
@@ -20,11 +23,14 @@ def alnair(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.C
                           timeout=timeout)
 
 
-def test_add_ls_rm_through_the_hydrator(nats_server, redis_node, tmp_path):
+def test_add_ls_rm_through_the_hydrator_in_local_mode(nats_server, tmp_path):
+    """No tier configured: the hydrator uses the directory tier under the data directory, as
+    under `alnair up`, and a reader given what `alnair run --dataset` hands out reads it."""
     files = write_dataset(tmp_path / "data" / "mnist", files=4)
-    env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_HOME": str(tmp_path / "home"),
-           "ALNAIR_CACHE_REDIS_URL": redis_node().url, "ALNAIR_CACHE_PREFIX": "t",
-           "ALNAIR_CACHE_ALLOWED_ROOTS": str(tmp_path / "data"), "ALNAIR_DATA_DIR": str(tmp_path),
+    home = tmp_path / "home"
+    env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_HOME": str(home),
+           "ALNAIR_CACHE_PREFIX": "t", "ALNAIR_CACHE_ALLOWED_ROOTS": str(tmp_path / "data"),
+           "ALNAIR_DATA_DIR": str(home),
            "ALNAIR_LOG_FORMAT": "console", "COLUMNS": "200"}
     with open(tmp_path / "hydrator.log", "ab") as log:
         hydrator = subprocess.Popen([sys.executable, "-m", "alnair_cache_hydrator"], env=env,
@@ -39,6 +45,13 @@ def test_add_ls_rm_through_the_hydrator(nats_server, redis_node, tmp_path):
             ("mnist", "ready", 4, sum(map(len, files.values())))]
         table = alnair("dataset", "ls", env=env).stdout
         assert "mnist" in table and "100%" in table
+        status = cache_pb2.CacheDatasetStatus(dataset="mnist", source=listed[0]["source"])
+        handed = dataset_environment(status, home)
+        assert handed["ALNAIR_CACHE_TIER_URL"] == f"dir://{home.resolve()}/cache"
+        with DatasetReader(handed["ALNAIR_DATASET"], tier_url=handed["ALNAIR_CACHE_TIER_URL"],
+                           prefix="t") as reader:
+            assert {p: reader.read(p) for p in reader.files()} == files
+            assert reader.stats.misses == 0
 
         clash = alnair("dataset", "add", "mnist", "s3://elsewhere/mnist", env=env)
         assert clash.returncode == 2 and "already exists with other data" in clash.stderr

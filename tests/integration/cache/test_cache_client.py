@@ -11,11 +11,17 @@ import fsspec
 import pytest
 from cache_support import MIB, hydrate_directly, upload, write_dataset
 
-from alnair_dataset import CachedSamples, DatasetReader, RedisTier, connect, loader_options
+from alnair_dataset import CachedSamples, DatasetReader, loader_options, open_tier
 
 
-def tier_of(url: str) -> RedisTier:
-    return RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+def tier_of(url: str):
+    return open_tier(url, budget_bytes=1 << 40, prefix="t")
+
+
+@pytest.fixture(params=["redis", "directory"])
+def any_url(request, redis_node, tmp_path):
+    """A redis-server or the local-mode directory tier: readers treat both alike."""
+    return redis_node().url if request.param == "redis" else f"dir://{tmp_path}/tier"
 
 
 @pytest.fixture
@@ -28,9 +34,9 @@ def data(tmp_path):
 
 
 @pytest.mark.parametrize("state", ["cached", "half", "not-cached", "unknown-to-tier"])
-def test_every_byte_read_equals_the_source_in_every_state(redis_node, data, state):
+def test_every_byte_read_equals_the_source_in_every_state(any_url, data, state):
     root, files = data
-    url = redis_node().url
+    url = any_url
     tier = tier_of(url)
     uri = f"file://{root}"
     if state != "unknown-to-tier":
@@ -55,9 +61,9 @@ def test_every_byte_read_equals_the_source_in_every_state(redis_node, data, stat
             assert first_pass_hits == 0
 
 
-def test_a_miss_is_written_back_and_the_next_epoch_hits(redis_node, data):
+def test_a_miss_is_written_back_and_the_next_epoch_hits(any_url, data):
     root, files = data
-    url = redis_node().url
+    url = any_url
     tier = tier_of(url)
     hydrate_directly(tier, "ds", f"file://{root}", only=5, phase="hydrating")
     with DatasetReader("ds", tier_url=url, prefix="t") as first:

@@ -31,7 +31,7 @@ async def test_a_hydrator_killed_mid_way_resumes_without_losing_or_double_counti
     bucket = s3_server.make_bucket()
     upload(s3_server.client(), bucket, "shards", files)
     tier_url = redis_node().url
-    env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_CACHE_REDIS_URL": tier_url,
+    env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_CACHE_TIER_URL": tier_url,
            "ALNAIR_CACHE_PREFIX": "t", "ALNAIR_CACHE_S3_ENDPOINT_URL": s3_server.endpoint,
            "ALNAIR_CACHE_STATUS_INTERVAL_SECONDS": "0.02", "ALNAIR_DATA_DIR": str(tmp_path),
            "ALNAIR_CACHE_CONCURRENT_HYDRATIONS": "1", "ALNAIR_LOG_FORMAT": "console",

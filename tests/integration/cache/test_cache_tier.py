@@ -8,16 +8,22 @@ from cache_support import MIB, assert_consistent, stored_chunks, write_dataset
 from alnair_dataset import (
     Budget,
     CapacityError,
+    DirectoryTier,
     RedisTier,
     SourceChangedError,
     connect,
     open_source,
+    open_tier,
     store_file,
 )
 
 
-@pytest.fixture(params=["single", "cluster"])
-def tier(request, redis_node, redis_cluster):
+@pytest.fixture(params=["single", "cluster", "directory"])
+def tier(request, redis_node, redis_cluster, tmp_path):
+    if request.param == "directory":
+        t = open_tier(f"dir://{tmp_path}/tier", budget_bytes=256 * MIB, prefix="t")
+        yield t
+        return
     url = redis_node().url if request.param == "single" else redis_cluster(masters=3).url
     t = RedisTier(connect(url), budget_bytes=256 * MIB, prefix="t")
     yield t
@@ -78,7 +84,8 @@ def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path
     assert set(tier.manifest("ds")) == {listing[0].path}  # the half-done file is not listed
     assert_consistent(tier)
 
-    again = RedisTier(tier.client, budget_bytes=tier.budget_bytes, prefix="t")  # "restarted"
+    again = (RedisTier(tier.client, budget_bytes=tier.budget_bytes, prefix="t")  # "restarted"
+             if isinstance(tier, RedisTier) else DirectoryTier(tier.root, budget_bytes=tier.budget_bytes))
     for f in listing:
         store_file(again, "ds", source, f, Budget(again))
     for f in listing:  # and once more, as a redelivered request would

@@ -34,13 +34,16 @@ def test_dataset_commands_refuse_cleanly_without_a_platform(args):
 
 
 def test_run_with_a_dataset_hands_the_reader_its_variables(monkeypatch):
-    monkeypatch.setenv("ALNAIR_CACHE_REDIS_URL", "redis://10.0.0.5:6380/0")
+    monkeypatch.setenv("ALNAIR_CACHE_TIER_URL", "redis://10.0.0.5:6380/0")
     monkeypatch.setenv("ALNAIR_SECRET_OF_THE_PLATFORM", "x")
     base = RunRequest.build(["python", "train.py"], 8, 30, None)
     status = cache_pb2.CacheDatasetStatus(dataset="imagenet", source="s3://b/imagenet")
     request = DatasetRunRequest(base.command, base.memory_gib, base.compute_percent, base.name,
-                                base.uid, dataset_environment(status))
+                                base.uid, dataset_environment(status, Path("/home/u/.alnair")))
     env = request.environment()
     assert env["ALNAIR_DATASET"] == "imagenet" and env["ALNAIR_DATASET_SOURCE"] == "s3://b/imagenet"
-    assert env["ALNAIR_CACHE_REDIS_URL"] == "redis://10.0.0.5:6380/0"
+    assert env["ALNAIR_CACHE_TIER_URL"] == "redis://10.0.0.5:6380/0"
     assert "ALNAIR_SECRET_OF_THE_PLATFORM" not in env  # the rest of ALNAIR_* still stays home
+    monkeypatch.delenv("ALNAIR_CACHE_TIER_URL")
+    local = dataset_environment(status, Path("/home/u/.alnair"))
+    assert local["ALNAIR_CACHE_TIER_URL"] == "dir:///home/u/.alnair/cache"  # the hydrator's default

@@ -164,7 +164,7 @@ def run(
     target = resolve_nats(data_dir, nats_url)
     if dataset:
         try:
-            request = with_dataset(request, target, dataset)
+            request = with_dataset(request, target, dataset, data_dir)
         except DatasetCommandError as e:
             raise fail(str(e), code=2) from e
 

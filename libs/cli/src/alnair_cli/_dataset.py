@@ -34,7 +34,6 @@ PHASES = {cache_pb2.CACHE_PHASE_PENDING: "pending", cache_pb2.CACHE_PHASE_HYDRAT
 DONE = (cache_pb2.CACHE_PHASE_READY, cache_pb2.CACHE_PHASE_FAILED)
 ACCEPT_TIMEOUT = 15.0
 """Seconds to wait for the hydrator to acknowledge a request before saying it is not running."""
-DEFAULT_TIER_URL = "redis://127.0.0.1:6379/0"
 
 dataset_app = typer.Typer(help="Cache data sets close to the GPUs (S3 or a local/NFS directory).",
                           no_args_is_help=True)
@@ -292,14 +291,18 @@ class DatasetRunRequest(RunRequest):
         return {**RunRequest.environment(), **self.dataset_env}
 
 
-def dataset_environment(status: cache_pb2.CacheDatasetStatus) -> dict[str, str]:
-    """The variables alnair_dataset.DatasetReader reads: the name, the tier, the source."""
+def dataset_environment(status: cache_pb2.CacheDatasetStatus, data_dir: Path) -> dict[str, str]:
+    """The variables alnair_dataset.DatasetReader reads: the name, the tier, the source. The
+    tier is the hydrator's: ALNAIR_CACHE_TIER_URL if set (as `alnair up` then passed it on),
+    else its default, the directory tier under the platform's data directory."""
+    tier = os.environ.get("ALNAIR_CACHE_TIER_URL") or f"dir://{data_dir.resolve()}/cache"
     return {"ALNAIR_DATASET": status.dataset, "ALNAIR_DATASET_SOURCE": status.source,
-            "ALNAIR_CACHE_REDIS_URL": os.environ.get("ALNAIR_CACHE_REDIS_URL", DEFAULT_TIER_URL),
+            "ALNAIR_CACHE_TIER_URL": tier,
             "ALNAIR_CACHE_PREFIX": os.environ.get("ALNAIR_CACHE_PREFIX", "alnair")}
 
 
-def with_dataset(request: RunRequest, target: BusTarget, name: str) -> DatasetRunRequest:
+def with_dataset(request: RunRequest, target: BusTarget, name: str,
+                 data_dir: Path) -> DatasetRunRequest:
     """``request`` plus the data set's environment; DatasetCommandError if it is unknown."""
     async def lookup(bus: Bus) -> cache_pb2.CacheDatasetStatus | None:
         return await _status(await _bucket(bus), name)
@@ -309,4 +312,4 @@ def with_dataset(request: RunRequest, target: BusTarget, name: str) -> DatasetRu
         raise DatasetCommandError(f"--dataset {name!r}: no such data set; add it first with "
                                   f"`alnair dataset add {name} SOURCE`")
     return DatasetRunRequest(request.command, request.memory_gib, request.compute_percent,
-                             request.name, request.uid, dataset_environment(status))
+                             request.name, request.uid, dataset_environment(status, data_dir))

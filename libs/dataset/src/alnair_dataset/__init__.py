@@ -9,6 +9,7 @@ CacheDatasetStatus carries and ``temporary`` says whether retrying can help.
 """
 
 from ._chunking import CHUNK_BYTES, chunk_id, content_defined_chunks, fixed_chunks
+from ._directory_tier import DirectoryTier
 from ._errors import (
     AccessDeniedError,
     CapacityError,
@@ -23,6 +24,7 @@ from ._errors import (
 )
 from ._filesystem import DatasetFileSystem
 from ._manifest import FileEntry
+from ._open import open_tier
 from ._reader import DatasetReader, ReadStats
 from ._redis_tier import RedisTier, connect
 from ._samples import CachedSamples, loader_options
@@ -41,6 +43,7 @@ __all__ = [
     "DatasetFileSystem",
     "DatasetFootprint",
     "DatasetReader",
+    "DirectoryTier",
     "FileEntry",
     "InvalidSpecError",
     "LocalSource",
@@ -64,6 +67,7 @@ __all__ = [
     "gib",
     "loader_options",
     "open_source",
+    "open_tier",
     "selected",
     "store_file",
 ]

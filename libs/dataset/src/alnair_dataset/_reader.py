@@ -24,12 +24,13 @@ from typing import Any
 
 from ._errors import DatasetError, InvalidSpecError, TierUnavailableError
 from ._manifest import FileEntry
-from ._redis_tier import RedisTier
+from ._open import open_tier
 from ._sources import Source, SourceFile, open_source
 from ._store import Budget, store_file
+from ._tier import CacheTier
 
 ENV_DATASET = "ALNAIR_DATASET"
-ENV_TIER_URL = "ALNAIR_CACHE_REDIS_URL"
+ENV_TIER_URL = "ALNAIR_CACHE_TIER_URL"
 ENV_PREFIX = "ALNAIR_CACHE_PREFIX"
 ENV_SOURCE = "ALNAIR_DATASET_SOURCE"
 
@@ -58,7 +59,7 @@ class DatasetReader:
     """Reads the files of one data set; thread-safe; open one per process.
 
     ``name``, ``tier_url`` and ``source`` default to ``$ALNAIR_DATASET``,
-    ``$ALNAIR_CACHE_REDIS_URL`` and ``$ALNAIR_DATASET_SOURCE`` (what ``alnair run --dataset``
+    ``$ALNAIR_CACHE_TIER_URL`` and ``$ALNAIR_DATASET_SOURCE`` (what ``alnair run --dataset``
     sets). ``source`` is needed only when the tier cannot say where the data come from.
     """
 
@@ -80,13 +81,13 @@ class DatasetReader:
         self._writing: set[str] = set()
         self._write_futures: set[Future[None]] = set()
         self._lock = threading.Lock()
-        self.tier: RedisTier | None = None
+        self.tier: CacheTier | None = None
         meta: dict[str, str] = {}
         self._manifest: dict[str, FileEntry] = {}
         if url:
             try:
-                self.tier = RedisTier.from_url(url, budget_bytes=budget_bytes, prefix=self.prefix,
-                                               timeout=timeout)
+                self.tier = open_tier(url, budget_bytes=budget_bytes, prefix=self.prefix,
+                                      timeout=timeout)
                 meta = self.tier.meta(self.name)
                 self._manifest = self.tier.manifest(self.name)
             except TierUnavailableError:

@@ -26,7 +26,7 @@ from alnair_common import (
     TypedKV,
     subjects,
 )
-from alnair_dataset import CacheTier, DatasetError, RedisTier, Source, gib, open_source
+from alnair_dataset import CacheTier, DatasetError, Source, gib, open_source, open_tier
 
 from ._domain import (
     AddRequest,
@@ -135,8 +135,8 @@ class CacheHydratorService(Service):
         """The tier, connected on first use (a tier that is down does not stop the service)."""
         if self._tier is None:
             s = self.settings
-            self._tier = RedisTier.from_url(s.cache_redis_url, budget_bytes=s.cache_budget_bytes,
-                                            prefix=s.cache_prefix)
+            self._tier = open_tier(s.tier_url, budget_bytes=s.cache_budget_bytes,
+                                   prefix=s.cache_prefix)
         return self._tier
 
     def source(self, spec: DatasetSpec) -> Source:

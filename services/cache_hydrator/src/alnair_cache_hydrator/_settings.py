@@ -10,9 +10,9 @@ from alnair_common import ServiceSettings
 
 
 class CacheHydratorSettings(ServiceSettings):
-    cache_redis_url: str = Field(
-        "redis://127.0.0.1:6379/0",
-        description="The tier: redis://host:port/db, or redis-cluster://host:port[,host:port]")
+    cache_tier_url: str = Field(
+        "", description="The tier: redis://host:port/db, redis-cluster://host:port[,host:port] "
+                        "or dir:///path; empty: the directory <data_dir>/cache (local mode)")
     cache_budget_bytes: int = Field(8 << 30, gt=0, description="Bytes the tier may hold")
     cache_prefix: str = Field("alnair", pattern=r"^[A-Za-z0-9_-]{1,32}$")
     cache_allowed_roots: str = Field(
@@ -27,12 +27,17 @@ class CacheHydratorSettings(ServiceSettings):
         0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
                              "the training jobs sharing the source or network; 0: none")
 
-    @field_validator("cache_redis_url")
+    @field_validator("cache_tier_url")
     @classmethod
     def _tier_scheme(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "redis-cluster://")):
-            raise ValueError(f"{value!r} must start with redis://, rediss:// or redis-cluster://")
+        if value and not value.startswith(("redis://", "rediss://", "redis-cluster://", "dir:///")):
+            raise ValueError(f"{value!r} must start with redis://, rediss://, redis-cluster:// or "
+                             "dir:///")
         return value
+
+    @property
+    def tier_url(self) -> str:
+        return self.cache_tier_url or f"dir://{self.data_dir.resolve()}/cache"
 
     @property
     def allowed_roots(self) -> list[Path]:
