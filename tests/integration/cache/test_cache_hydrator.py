@@ -119,6 +119,8 @@ async def test_bad_input_gets_a_clear_reason_and_the_service_keeps_running(
         await errors.matching("data set 'small' already exists with other data")
         again = await status(bus, "small")
         assert again.phase == PHASE.CACHE_PHASE_READY and again.source == f"file://{allowed}/small"
+        fixed = await settled(bus, "outside", await add(bus, spec("outside", f"file://{allowed}/small")))
+        assert fixed.phase == PHASE.CACHE_PHASE_READY  # a failed data set can be given a new source
         assert_consistent(tier_of(tier_url))
 
 
@@ -190,3 +192,25 @@ async def test_a_source_changing_while_hydrating_fails_without_listing_the_chang
             assert reader.read(sorted(files)[0]) == files[sorted(files)[0]]
         again = await settled(bus, "live", await add(bus, spec("live", f"file://{root}/live")))
         assert again.phase == PHASE.CACHE_PHASE_READY  # adding it again hydrates the new version
+
+
+async def test_a_data_set_lost_with_its_redis_is_hydrated_again_when_added(
+        bus, nats_server, redis_node, dataplane_bin, tmp_path):
+    from alnair_common.testing.redis_cluster import start_redis_node
+
+    files = write_dataset(tmp_path / "data" / "set", files=3)
+    node = redis_node()
+    s = settings(nats_server.url, node.url, tmp_path, cache_allowed_roots=str(tmp_path / "data"))
+    async with running(s):
+        first = await settled(bus, "set", await add(bus, spec("set", f"file://{tmp_path}/data/set")))
+        assert first.phase == PHASE.CACHE_PHASE_READY
+        node.kill()  # the cache is gone; the bucket still says READY
+        fresh = start_redis_node(dataplane_bin, tmp_path / "redis-again", port=node.port)
+        try:
+            again = await settled(bus, "set", await add(bus, spec("set", f"file://{tmp_path}/data/set")))
+            assert again.phase == PHASE.CACHE_PHASE_READY and again.files_cached == 3
+            with DatasetReader("set", tier_url=fresh.url, prefix="t") as reader:
+                assert {p: reader.read(p) for p in reader.files()} == files
+                assert reader.stats.misses == 0
+        finally:
+            fresh.process.stop()

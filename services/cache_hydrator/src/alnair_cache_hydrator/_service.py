@@ -96,11 +96,17 @@ class CacheHydratorService(Service):
         old = await self._status(spec.key)
         if old is not None:
             if not old.spec.same_data(spec):
-                raise InvalidRequestError(
-                    f"data set {spec.name!r} already exists with other data (source "
-                    f"{old.spec.source}, owner {old.spec.owner or 'unknown'}); remove it first "
-                    "or choose another name")
-            if old.phase is Phase.READY or (old.phase in ACTIVE and spec.key in self.jobs):
+                if old.phase not in (Phase.FAILED, Phase.EVICTED):
+                    raise InvalidRequestError(
+                        f"data set {spec.name!r} already exists with other data (source "
+                        f"{old.spec.source}, owner {old.spec.owner or 'unknown'}); remove it "
+                        "first or choose another name")
+                # A failed or evicted data set is replaced: what it had cached is released.
+                await self._release(spec.key, spec.name)
+            elif old.phase in ACTIVE and spec.key in self.jobs:
+                await self._put(old.evolve(spec=spec, request_id=request.request_id))
+                return
+            elif old.phase is Phase.READY and await self._still_cached(spec.key):
                 await self._put(old.evolve(spec=spec, request_id=request.request_id))
                 return
         status = DatasetStatus(spec, Phase.PENDING, request.request_id,
@@ -116,18 +122,33 @@ class CacheHydratorService(Service):
         if job is not None:
             job[0].stop()
             await asyncio.gather(job[1], return_exceptions=True)
-        try:
-            tier = await asyncio.to_thread(self.tier)
-            freed = await asyncio.to_thread(tier.release, request.key)
-            await asyncio.to_thread(tier.drop_manifest, request.key)
-        except DatasetError as e:
-            raise TierBusyError(f"removing {request.name!r}: {e}",
-                                 retry_after=self.settings.cache_tier_retry_seconds) from e
+        freed = await self._release(request.key, request.name)
         await self._put(old.evolve(phase=Phase.REMOVED, request_id=request.request_id,
                                    cached_bytes=0, files_cached=0, reason="",
                                    message=f"removed; {freed} bytes freed in the tier"))
         assert self.kv is not None
         await self.kv.delete(_bucket_key(request.key))
+
+    async def _release(self, key: str, name: str) -> int:
+        """Drop every reference ``key`` holds and its manifest; bytes freed."""
+        try:
+            tier = await asyncio.to_thread(self.tier)
+            freed = await asyncio.to_thread(tier.release, key)
+            await asyncio.to_thread(tier.drop_manifest, key)
+        except DatasetError as e:
+            raise TierBusyError(f"releasing {name!r}: {e}",
+                                retry_after=self.settings.cache_tier_retry_seconds) from e
+        return freed
+
+    async def _still_cached(self, key: str) -> bool:
+        """Whether the tier still holds a READY data set (a Redis that restarted empty loses
+        it: adding it again then re-hydrates it instead of answering READY)."""
+        try:
+            tier = await asyncio.to_thread(self.tier)
+            return bool(await asyncio.to_thread(tier.meta, key))
+        except DatasetError as e:
+            raise TierBusyError(f"checking {key!r} in the tier: {e}",
+                                retry_after=self.settings.cache_tier_retry_seconds) from e
 
     # -- hydration --------------------------------------------------------------------------
 
