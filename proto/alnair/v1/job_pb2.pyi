@@ -421,6 +421,7 @@ class TrainingJobRecord(_message.Message):
     RETRY_AT_FIELD_NUMBER: _builtins.int
     RUNNING_SECONDS_FIELD_NUMBER: _builtins.int
     FIRST_RUN_AT_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     created_at: _builtins.float
     grant: _builtins.int
     wish: _builtins.int
@@ -431,6 +432,8 @@ class TrainingJobRecord(_message.Message):
     running_seconds: _builtins.float
     """Seconds spent Running before the current phase, and when the job first ran."""
     first_run_at: _builtins.float
+    incarnation: _builtins.int
+    """Gangs started from none so far (the rendezvous id's suffix)."""
     @_builtins.property
     def state(self) -> Global___JobState:
         """The last published state (spec, phase, reason, world, target, restarts, generation...)."""
@@ -464,10 +467,11 @@ class TrainingJobRecord(_message.Message):
         retry_at: _builtins.float = ...,
         running_seconds: _builtins.float = ...,
         first_run_at: _builtins.float | None = ...,
+        incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "first_run_at", b"first_run_at", "state", b"state", "wish", b"wish"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "incarnation", b"incarnation", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__first_run_at: _TypeAlias = _typing.Literal["first_run_at"]  # noqa: Y015
     _WhichOneofArgType__first_run_at: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at"]  # noqa: Y015
@@ -479,3 +483,63 @@ class TrainingJobRecord(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__wish) -> _WhichOneofReturnType__wish | None: ...
 
 Global___TrainingJobRecord: _TypeAlias = TrainingJobRecord  # noqa: Y015
+
+@_typing.final
+class WorkerPlan(_message.Message):
+    """What a job's workers should be, on `alnair.cmd.workers.<name>` (elastic-job → adapters).
+    Declarative, so a redelivered or repeated plan creates nothing twice: the adapter counts
+    the job's live workers (workloads labelled ai.centaurus.io/training-job=<name> and
+    ai.centaurus.io/training-job-namespace=<namespace>), stops those in `stop`, and creates
+    workers until `target` live ones that are not in `stop` exist. A plan older than the last
+    one applied (`generation`) is dropped.
+
+    Each worker runs the spec's command under torchrun with one process per worker:
+    `--nnodes=<min_replicas>:<max_replicas> --rdzv-backend=c10d --rdzv-id=<rendezvous_id>
+    --rdzv-endpoint=<the job's rendezvous host> --max-restarts=0` (the controller restarts,
+    not torchrun), asks for the spec's GPU request, and carries the two labels. The adapter
+    hosts the job's c10d rendezvous outside the workers and publishes each closed round on
+    `alnair.job.<name>.rendezvous`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    GANG_MIN_FIELD_NUMBER: _builtins.int
+    STOP_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_ID_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    phase: Global___JobPhase.ValueType
+    target: _builtins.int
+    """Live workers wanted (0 when the job is ending)."""
+    gang_min: _builtins.int
+    """> 0: the missing workers start from none and are created as one gang of at least this
+    many (a PodGroup's minMember): all or nothing.
+    """
+    rendezvous_id: _builtins.str
+    @_builtins.property
+    def spec(self) -> Global___JobSpec: ...
+    @_builtins.property
+    def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Workload uids to stop."""
+
+    def __init__(
+        self,
+        *,
+        spec: Global___JobSpec | None = ...,
+        generation: _builtins.int = ...,
+        phase: Global___JobPhase.ValueType = ...,
+        target: _builtins.int = ...,
+        gang_min: _builtins.int = ...,
+        stop: _abc.Iterable[_builtins.str] | None = ...,
+        rendezvous_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang_min", b"gang_min", "generation", b"generation", "phase", b"phase", "rendezvous_id", b"rendezvous_id", "spec", b"spec", "stop", b"stop", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerPlan: _TypeAlias = WorkerPlan  # noqa: Y015

@@ -26,6 +26,10 @@ class Observer:
     def __init__(self) -> None:
         self.states: list[job_pb2.JobState] = []
         self.errors: list[platform_pb2.ErrorEvent] = []
+        self.plans: list[job_pb2.WorkerPlan] = []
+
+    async def on_plan(self, _: str, p: job_pb2.WorkerPlan) -> None:
+        self.plans.append(p)
 
     async def on_state(self, _: str, s: job_pb2.JobState) -> None:
         self.states.append(s)
@@ -79,10 +83,13 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     await bus.subscribe(subjects.error("elastic-job"), platform_pb2.ErrorEvent, seen.on_error)
+    await bus.subscribe(subjects.wildcard("alnair.cmd.workers.<name>"), job_pb2.WorkerPlan, seen.on_plan)
 
     await command(bus, submit=ej.to_proto(JOB))
     s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
     assert (s.target_replicas, s.timeout_seconds, s.spec.name) == (3, 600.0, "resnet")
+    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan of the gang")
+    assert (plan.target, plan.gang_min, list(plan.stop), plan.rendezvous_id) == (3, 2, [], "default.resnet.1")
     for uid in "abc":
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND)
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_RUNNING)
@@ -108,13 +115,18 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     s = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
     assert (s.replicas, s.restarts, s.previous_phase, s.cause) == (2, 1, job_pb2.JOB_PHASE_RUNNING,
                                                                   "worker-exited")
+    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan of the replacement")
+    assert (plan.target, plan.gang_min, plan.rendezvous_id) == (3, 0, "default.resnet.1"), \
+        "one replacement joins the survivors' rendezvous"
 
     await command(bus, scale=7)
     err = await wait_for(lambda: _first(seen.errors), what="an error event for the refused scale")
     assert "2..3 workers" in err.message and err.permanent
 
     await command(bus, delete=True)
-    await seen.phase(job_pb2.JOB_PHASE_DELETING, "StoppingWorkers")
+    s = await seen.phase(job_pb2.JOB_PHASE_DELETING, "StoppingWorkers")
+    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan to stop")
+    assert (plan.target, list(plan.stop)) == (0, ["a", "c"])
     for uid in "ac":
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_DELETED)
     await seen.phase(job_pb2.JOB_PHASE_DELETED, "Deleted")
@@ -135,6 +147,10 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
 async def _started(service: ej.ElasticJobService, n: int) -> bool:
     t = service.controller.jobs.get("default/resnet")
     return t is not None and len(t.status.started) == n
+
+
+async def _plan_of(seen: Observer, generation: int) -> job_pb2.WorkerPlan | None:
+    return next((p for p in seen.plans if p.generation == generation), None)
 
 
 async def _first(items: list) -> object:

@@ -81,6 +81,10 @@ def test_live_workers_fit_the_cards_and_grants(script: list[tuple]) -> None:
         assert compute <= sum(card.compute_percent for card in cards)
         assert memory <= sum(card.memory_gib for card in cards)
         for t in c.jobs.values():
+            plan = ej.worker_actions(t)
+            if t.status.phase not in (ej.Phase.SCHEDULING, ej.Phase.RESCALING, ej.Phase.RUNNING):
+                assert plan.create == 0, (t.key, t.status.phase)
+            assert len(t.status.alive) + plan.create <= t.job.max_replicas
             assert len(t.status.alive) <= t.job.max_replicas
             if not t.status.completing:
                 assert len(t.status.alive) <= t.status.grant, (t.key, t.status)

@@ -48,3 +48,19 @@ def test_commands_read_into_typed_actions() -> None:
 def test_an_unusable_command_is_a_permanent_error(cmd: job_pb2.JobCommand, match: str) -> None:
     with pytest.raises(ej.JobSpecError, match=match):
         ej.command_from_proto(cmd)
+
+
+def test_each_gang_started_from_none_gets_a_fresh_rendezvous_id() -> None:
+    from alnair_elastic_job._state_codec import worker_plan
+    job = ej.TrainingJob("resnet", ("python", "t.py"), 2, 2, ej.WorkerRequest(whole_gpus=1),
+                         launcher=ej.Launcher.TORCH)
+    s = ej.step(job, ej.submitted(0.0), ej.CapacityChanged(2), 1.0)
+    assert worker_plan(job, s, 2, 2).rendezvous_id == "default.resnet.1"
+    s = ej.step(job, s, ej.WorkersPlaced(frozenset("ab")), 2.0)
+    s = ej.step(job, s, ej.RendezvousComplete(frozenset("ab"), 1), 3.0)
+    s = ej.step(job, s, ej.WorkerExited("a", 1), 4.0)      # fixed size: everyone restarts
+    plan = worker_plan(job, s, 0, 0)
+    assert (plan.target, list(plan.stop)) == (0, ["b"])
+    s = ej.step(job, s, ej.Tick(), 100.0)                  # after the back-off: a new gang
+    assert s.phase is ej.Phase.SCHEDULING
+    assert worker_plan(job, s, 2, 2).rendezvous_id == "default.resnet.2"

@@ -157,6 +157,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.job.<name>.rendezvous", job_pb2.RendezvousRound, Transport.STREAM,
       "A round of a training job's rendezvous closed, with its members.", stream="JOBS",
       publishers=ADAPTERS, readers=("elastic-job",)),
+    S("alnair.cmd.workers.<name>", job_pb2.WorkerPlan, Transport.STREAM,
+      "What a training job's workers should be: how many live, which to stop.",
+      stream="COMMANDS", publishers=("elastic-job",), readers=ADAPTERS),
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
       "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
@@ -334,6 +337,10 @@ def job_command(name: str) -> str:
 
 def job_rendezvous(name: str) -> str:
     return f"alnair.job.{token(name)}.rendezvous"
+
+
+def job_workers(name: str) -> str:
+    return f"alnair.cmd.workers.{token(name)}"
 
 
 def profile_completed() -> str:

@@ -48,7 +48,10 @@ class WorkerActions:
 
 def worker_actions(t: TrackedJob) -> WorkerActions:
     s = t.status
-    want = 0 if s.phase.terminal or s.completing else max(0, s.target - len(s.alive))
+    # Workers are added only while the job gathers or runs a world: not while it waits
+    # (Pending), backs off (Recovering), ends (Deleting, terminal) or completes.
+    growing = s.phase in (Phase.SCHEDULING, Phase.RESCALING, Phase.RUNNING) and not s.completing
+    want = max(0, s.target - len(s.alive)) if growing else 0
     gang = t.job.min_replicas if want and not s.alive and s.phase is Phase.SCHEDULING else 0
     return WorkerActions(want, s.stopping, gang)
 

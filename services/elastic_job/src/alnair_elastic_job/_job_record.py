@@ -34,7 +34,8 @@ def record_to_proto(t: TrackedJob, now: float) -> job_pb2.TrainingJobRecord:
         state=state_to_proto(t.job, s, now, s.goodput(now)), created_at=s.created_at, grant=s.grant,
         placed=sorted(s.placed), started=sorted(s.started), stopping=sorted(s.stopping),
         ended=sorted(s.ended), heard=sorted(s.heard), heard_round=s.heard_round,
-        succeeded=s.succeeded, retry_at=s.retry_at, running_seconds=s.running_seconds)
+        succeeded=s.succeeded, retry_at=s.retry_at, running_seconds=s.running_seconds,
+        incarnation=s.incarnation)
     if s.wish is not None:
         rec.wish = s.wish
     if s.first_run_at is not None:
@@ -59,7 +60,7 @@ def record_from_proto(rec: job_pb2.TrainingJobRecord) -> TrackedJob:
         target=st.target_replicas, placed=placed, started=started, world=world,
         stopping=stopping, ended=frozenset(rec.ended) - placed, heard=frozenset(rec.heard),
         heard_round=rec.heard_round, succeeded=rec.succeeded, retry_at=rec.retry_at,
-        running_seconds=rec.running_seconds,
+        running_seconds=rec.running_seconds, incarnation=rec.incarnation,
         first_run_at=rec.first_run_at if rec.HasField("first_run_at") else None,
         cause=st.cause,
         previous=phase_from_proto(st.previous_phase) if st.previous_phase else None)

@@ -119,6 +119,9 @@ class JobStatus:
     heard_round: int = 0
     running_seconds: float = 0.0          # time spent Running before the current phase
     first_run_at: float | None = None     # when it first ran
+    # Gangs started from none so far: each gets a fresh rendezvous id, so workers of a new
+    # gang never join the closed rendezvous of the last one (torch's RendezvousClosedError).
+    incarnation: int = 0
     succeeded: int = 0
     retry_at: float = 0.0
     cause: str = "submitted"

@@ -88,9 +88,11 @@ def _move(s: JobStatus, phase: Phase, reason: str, message: str, now: float, cau
     entered = now if reenter or phase is not s.phase else s.entered_at
     ran = s.running_seconds + (now - s.entered_at if s.phase is Phase.RUNNING and entered == now else 0.0)
     first = now if s.first_run_at is None and phase is Phase.RUNNING else s.first_run_at
+    fresh = phase is Phase.SCHEDULING and s.phase is not Phase.SCHEDULING
     return replace(s, phase=phase, reason=reason, message=message, entered_at=entered,
                    generation=s.generation + 1, cause=cause, previous=s.phase,
-                   running_seconds=ran, first_run_at=first, **changes)
+                   running_seconds=ran, first_run_at=first,
+                   incarnation=s.incarnation + fresh, **changes)
 
 
 def _update(s: JobStatus, cause: str, **changes: object) -> JobStatus:

@@ -13,13 +13,14 @@ What is not wired yet, and who must do it:
   (``_capacity``); ``capacity`` (a callable returning the free cards) replaces them in tests.
   Throughput per world size is not published by the profiler yet, so every job is
   allocated with the linear-with-efficiency fallback (``Controller.measured`` takes it).
-* **Workers.** :func:`worker_actions` says how many workers each job needs and which to
-  stop; it is logged, not sent. Next: a command subject to the adapters. kube-bridge creates
-  a PodGroup of ``minReplicas`` and pods with the job's labels, the per-worker
-  ``alnair/vgpu-*`` requests (or whole GPUs) and the torchrun env (``--nnodes=min:max``,
-  ``--rdzv-backend=c10d``, ``--rdzv-endpoint`` of a per-job rendezvous Service), deletes the
-  pods marked to stop, and publishes each closed rendezvous round; the local agent does the
-  same with processes and a per-job c10d store process it supervises.
+* **Workers.** Each transition also publishes the job's WorkerPlan on
+  ``alnair.cmd.workers.<name>`` (declarative: live workers wanted, a gang size, the uids to
+  stop, a rendezvous id per gang; see job.proto). No adapter reads it yet. Next, kube-bridge:
+  a PodGroup of ``gang_min`` and pods with the job's labels, the per-worker ``alnair/vgpu-*``
+  requests (or whole GPUs) and the torchrun arguments in the plan's comment, a per-job
+  rendezvous Service and c10d host, deleting the pods in ``stop``, and publishing each closed
+  rendezvous round; the local agent: the same with processes and a c10d store process it
+  supervises.
 
 Restarts lose nothing: every changed job's TrainingJobRecord (spec, state, worker sets) is
 written to the ``training_jobs`` bucket before its JobState is published, and read back on
@@ -56,7 +57,7 @@ from ._controller import Controller, TrackedJob, job_key, worker_actions
 from ._errors import ElasticJobError
 from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
 from ._job_states import DeleteCommand
-from ._state_codec import Submit, command_from_proto, state_to_proto
+from ._state_codec import Submit, command_from_proto, state_to_proto, worker_plan
 from ._worker_events import rendezvous_input, worker_input
 
 
@@ -200,6 +201,9 @@ class ElasticJobService(Service):
             await self.bus.publish(subjects.job_state(t.job.name), state_to_proto(t.job, s, now, s.goodput(now)),
                                    msg_id=f"{t.job.namespace}.{t.job.name}.{s.generation}")
             actions = worker_actions(t)
+            await self.bus.publish(subjects.job_workers(t.job.name),
+                                   worker_plan(t.job, s, actions.create, actions.gang),
+                                   msg_id=f"plan.{t.job.namespace}.{t.job.name}.{s.generation}")
             self.log.info("job transition", job=t.key, phase=s.phase.value, reason=s.reason,
                           cause=s.cause, world_size=s.world_size, target=s.target,
                           restarts=s.restarts, create_workers=actions.create, gang=actions.gang,

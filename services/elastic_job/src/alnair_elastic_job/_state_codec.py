@@ -56,6 +56,20 @@ def state_to_proto(job: TrainingJob, s: JobStatus, now: float, goodput: float = 
     )
 
 
+def rendezvous_id(job: TrainingJob, s: JobStatus) -> str:
+    """``<namespace>.<name>.<incarnation>``: one per gang started from none; kept while the
+    same workers rescale (torch elastic re-rendezvous under one id)."""
+    return f"{job.namespace}.{job.name}.{s.incarnation}"
+
+
+def worker_plan(job: TrainingJob, s: JobStatus, create: int, gang: int) -> job_pb2.WorkerPlan:
+    """The WorkerPlan the adapters reconcile to: live workers wanted, which to stop."""
+    return job_pb2.WorkerPlan(
+        spec=to_proto(job), generation=s.generation, phase=PHASE_TO_PROTO[s.phase],
+        target=len(s.alive) + create, gang_min=gang, stop=sorted(s.stopping),
+        rendezvous_id=rendezvous_id(job, s))
+
+
 @dataclass(frozen=True)
 class Submit:
     job: TrainingJob
