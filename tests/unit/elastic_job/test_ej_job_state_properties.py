@@ -173,10 +173,14 @@ def test_no_input_order_leaves_a_job_stuck(j: TrainingJob, events: list) -> None
     if s.phase is Phase.RUNNING and not s.completing:
         assert step(j, s, WorkerExited(sorted(s.world)[0], 1), now).phase is not Phase.RUNNING
         assert step(j, s, CapacityChanged(0), now + 1).phase is Phase.PENDING
-    clocked = s
-    for k in range(2 * j.restart.max_restarts + 6):
-        clocked = step(j, clocked, Tick(), now + 1e6 * (k + 1))
-    assert clocked.phase.terminal or clocked.phase is Phase.RUNNING and not clocked.completing
+    for grant in (None, j.max_replicas):  # the clock alone, and the clock with capacity
+        clocked = s
+        for k in range(2 * j.restart.max_restarts + 6):
+            if grant is not None:
+                clocked = step(j, clocked, CapacityChanged(grant), now + 1e6 * k + 1)
+            clocked = step(j, clocked, Tick(), now + 1e6 * (k + 1))
+        assert clocked.phase.terminal or clocked.phase is Phase.RUNNING and not clocked.completing, \
+            (grant, clocked.phase, clocked.reason)
     deleted = step(j, s, DeleteCommand(), now)
     assert step(j, deleted, Tick(), now + 1e6).phase.terminal
 

@@ -133,6 +133,7 @@ def test_a_gang_that_does_not_meet_is_retried_at_min_then_fails() -> None:
     s = r(Tick(), dt=600.0)
     assert (s.phase, s.reason, s.target, s.stopping) == (Phase.SCHEDULING, "ScaledDownToMin", 2,
                                                          frozenset("cd"))
+    assert r(CapacityChanged(4)).target == 2, "the next grant does not undo the scale-down"
     s = r(Tick(), dt=600.0)
     assert (s.phase, s.reason) == (Phase.FAILED, "SchedulingTimeout")
     assert "schedulingTimeoutSeconds" in s.message

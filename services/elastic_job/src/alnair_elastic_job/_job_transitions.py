@@ -181,8 +181,13 @@ def _retarget_to(s: JobStatus, target: int, phase: Phase, reason: str, message: 
 
 
 def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cause: str) -> JobStatus:
-    """React to a new grant or wish (``s`` already holds it; ``before`` is the input status)."""
+    """React to a new grant or wish (``s`` already holds it; ``before`` is the input status).
+
+    A gang scaled down to minReplicas after its timeout stays capped there until it runs:
+    raising it again at the next grant would retry the same size forever."""
     target = min(desired(job, s), s.grant)
+    if s.phase is Phase.SCHEDULING and s.reason == "ScaledDownToMin":
+        target = min(target, job.min_replicas)
     if s.phase is Phase.PENDING:
         if target < job.min_replicas:
             return _update(before, cause, grant=s.grant, wish=s.wish)
