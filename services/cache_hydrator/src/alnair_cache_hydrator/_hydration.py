@@ -53,7 +53,8 @@ class Hydration:
     def __init__(self, status: DatasetStatus, tier: Callable[[], CacheTier],
                  source: Callable[[], Source], publish: Publish, *,
                  status_interval: float = 0.5, tier_retry: float = 2.0,
-                 bytes_per_second: int = 0, make_room: MakeRoom = no_room) -> None:
+                 bytes_per_second: int = 0, make_room: MakeRoom = no_room,
+                 threads: int = 4) -> None:
         self.status = status
         self._tier = tier
         self._source = source
@@ -64,6 +65,7 @@ class Hydration:
         self._rate = bytes_per_second
         self._budget_bytes = 0
         self._make_room = make_room
+        self._threads = threads
 
     def stop(self) -> None:
         self._stopped.set()
@@ -100,31 +102,45 @@ class Hydration:
                            reason="", message=f"hydrating {len(todo)} of {len(listing)} files "
                                               f"({gib(total - cached)} to read)")
         budget = Budget(tier)
-        last = began = time.monotonic()
-        read = 0
-        for file in todo:
-            if self._stopped.is_set():
-                return self.status
-            try:
-                stored = await self._retrying(
-                    lambda file=file: store_file(tier, key, source, file, budget),
-                    f"storing {file.path}")
-            except CapacityError as e:
-                raise CapacityError(f"{e}; {self.status.files_cached} of {len(listing)} files "
-                                    f"were cached before the budget ran out"
-                                    + (f"; kept: {', '.join(kept)}" if kept else "")) from e
-            cached += file.size
-            read += file.size
-            SOURCE_READ.inc(file.size)
-            STORED.inc(stored.new_bytes)  # type: ignore[attr-defined]
-            FILES.inc()
-            if self._rate:
-                await self._pause(began + read / self._rate - time.monotonic())
-            self.status = self.status.evolve(cached_bytes=cached,
-                                             files_cached=self.status.files_cached + 1)
-            if time.monotonic() - last >= self._interval:
-                last = time.monotonic()
-                await self._publish(self.status)
+        began = time.monotonic()
+        progress = {"cached": cached, "read": 0, "last": began}
+        pending = iter(todo)
+
+        async def worker() -> None:
+            """Files are independent: ``threads`` workers take the next one in turn."""
+            for file in pending:
+                if self._stopped.is_set():
+                    return
+                try:
+                    stored = await self._retrying(
+                        lambda file=file: store_file(tier, key, source, file, budget),
+                        f"storing {file.path}")
+                except CapacityError as e:
+                    raise CapacityError(
+                        f"{e}; {self.status.files_cached} of {len(listing)} files were cached "
+                        "before the budget ran out"
+                        + (f"; kept: {', '.join(kept)}" if kept else "")) from e
+                progress["cached"] += file.size
+                progress["read"] += file.size
+                SOURCE_READ.inc(file.size)
+                STORED.inc(stored.new_bytes)  # type: ignore[attr-defined]
+                FILES.inc()
+                self.status = self.status.evolve(cached_bytes=progress["cached"],
+                                                 files_cached=self.status.files_cached + 1)
+                if self._rate:
+                    await self._pause(began + progress["read"] / self._rate - time.monotonic())
+                if time.monotonic() - progress["last"] >= self._interval:
+                    progress["last"] = time.monotonic()
+                    await self._publish(self.status)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(self._threads):
+                    group.create_task(worker())
+        except* DatasetError as failures:
+            raise failures.exceptions[0] from None
+        if self._stopped.is_set():
+            return self.status
         listed = {f.path for f in listing}
         stale = [p for p in done if p not in listed]
         await self._retrying(lambda: self._collect(tier, key, stale), "releasing stale chunks")

@@ -174,7 +174,8 @@ class CacheHydratorService(Service):
                               status_interval=self.settings.cache_status_interval_seconds,
                               tier_retry=self.settings.cache_tier_retry_seconds,
                               bytes_per_second=self.settings.cache_hydrate_bytes_per_second,
-                              make_room=self._make_room)
+                              make_room=self._make_room,
+                              threads=self.settings.cache_hydrate_threads)
         task = asyncio.create_task(self._hydrate(key, hydration), name=f"hydrate:{key}")
         self.jobs[key] = (hydration, task)
 

@@ -23,6 +23,9 @@ class CacheHydratorSettings(ServiceSettings):
     cache_status_interval_seconds: float = Field(0.5, gt=0, le=60,
                                                  description="Least time between progress statuses")
     cache_tier_retry_seconds: float = Field(2.0, gt=0, le=600)
+    cache_hydrate_threads: int = Field(
+        4, ge=1, le=64, description="Files of one data set hydrated at once (S3 latency hides "
+                                    "behind several requests in flight)")
     cache_hydrate_bytes_per_second: int = Field(
         0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
                              "the training jobs sharing the source or network; 0: none")
