@@ -173,7 +173,7 @@ def test_no_input_order_leaves_a_job_stuck(j: TrainingJob, events: list) -> None
     if s.phase is Phase.RUNNING and not s.completing:
         assert step(j, s, WorkerExited(sorted(s.world)[0], 1), now).phase is not Phase.RUNNING
         assert step(j, s, CapacityChanged(0), now + 1).phase is Phase.PENDING
-    for grant in (None, j.max_replicas):  # the clock alone, and the clock with capacity
+    for grant in (None, 0, j.min_replicas, j.max_replicas):  # the clock alone, and with capacity
         clocked = s
         for k in range(2 * j.restart.max_restarts + 6):
             if grant is not None:
