@@ -251,3 +251,39 @@ class StatusRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatusRequest: _TypeAlias = StatusRequest  # noqa: Y015
+
+@_typing.final
+class Lease(_message.Message):
+    """Who leads a replicated service (scheduler, kube-bridge), in the `leases` bucket under the
+    service's name. The holder renews it; a standby takes it over once it has seen no renewal
+    for `ttl_seconds` on its own clock (no comparison of two machines' clocks).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOLDER_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    RENEWED_AT_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    holder: _builtins.str
+    """The instance holding it (e.g. the pod's name)."""
+    term: _builtins.int
+    """Grows by one at each change of holder: a decision can be told apart by term."""
+    ttl_seconds: _builtins.float
+    @_builtins.property
+    def renewed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        holder: _builtins.str = ...,
+        term: _builtins.int = ...,
+        renewed_at: _timestamp_pb2.Timestamp | None = ...,
+        ttl_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["renewed_at", b"renewed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "renewed_at", b"renewed_at", "term", b"term", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Lease: _TypeAlias = Lease  # noqa: Y015

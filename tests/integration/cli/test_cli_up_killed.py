@@ -30,12 +30,20 @@ def test_sigkill_of_up_takes_services_and_nats_down(tmp_path: Path) -> None:
             return json.loads(done.stdout) if done.returncode == 0 else None
 
         report = wait_until(ready, timeout=120, interval=1.0, what="every service ready")
-        pids = [int(s["pid"]) for s in report["services"]] + nats_server_pids(port)
+        names = {int(s["pid"]): s["name"] for s in report["services"]}
+        names.update({pid: "nats-server" for pid in nats_server_pids(port)})
+        pids = list(names)
         assert len(pids) == len(report["services"]) + 1 and all(alive(p) for p in pids)
         up.kill()
         up.wait(10)
-        wait_until(lambda: not any(alive(p) for p in pids), timeout=30,
-                   what="services and nats-server gone after SIGKILL of alnair up")
+        try:
+            wait_until(lambda: not any(alive(p) for p in pids), timeout=30,
+                       what="services and nats-server gone after SIGKILL of alnair up")
+        except TimeoutError as e:
+            left = [names[p] for p in pids if alive(p)]
+            logs = {n: (data_dir / "logs" / f"{n}.log").read_text()[-1500:] for n in left
+                    if (data_dir / "logs" / f"{n}.log").exists()}
+            raise AssertionError(f"still running: {left}; their logs' ends: {logs}") from e
     finally:
         if up.poll() is None:
             up.kill()

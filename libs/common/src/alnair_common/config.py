@@ -42,6 +42,9 @@ class ServiceSettings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     data_dir: Path = Field(default_factory=default_data_dir)
     shutdown_grace_seconds: float = Field(10.0, gt=0, le=600)
+    leader_lease_seconds: float = Field(
+        10.0, ge=1, le=300, description="Lease of a leader-elected service: a standby takes "
+                                        "over this long after the leader's last renewal")
 
     @field_validator("nats_url")
     @classmethod

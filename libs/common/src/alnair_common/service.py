@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
+import uuid
 from collections.abc import Coroutine
 from typing import Any, ClassVar
 
@@ -23,6 +26,7 @@ from .bus import Bus, DurableConsumer, ensure_streams
 from .config import ServiceSettings, load_settings
 from .errors import AlnairError, ConfigError
 from .health import Health, HealthServer
+from .leadership import Leadership
 from .logs import configure_logging, get_logger
 
 
@@ -32,6 +36,9 @@ class Service:
     name: ClassVar[str] = "service"
     role: ClassVar[str] = ""
     settings_class: ClassVar[type[ServiceSettings]] = ServiceSettings
+    # Replicas of a leader-elected service stand by until they hold its lease
+    # (alnair_common.leadership); only the leader runs ``setup``.
+    leader_elected: ClassVar[bool] = False
 
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
@@ -43,6 +50,7 @@ class Service:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
+        self.leadership: Leadership | None = None
 
     # -- for subclasses -------------------------------------------------------------------
 
@@ -65,6 +73,12 @@ class Service:
         self._tasks.append(task)
         return task
 
+    @property
+    def lease_name(self) -> str:
+        """What the replicas of a leader-elected service contend for: those that would share
+        durable consumers (and so must not run at once) share it."""
+        return self.name
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -85,13 +99,54 @@ class Service:
             )
             self.http = HealthServer(self.health, s.health_host, s.health_port)
             port = await self.http.start()
-            await self.setup()
-            self.ready.set()
-            self.log.info("service ready", role=self.role, health_port=port,
-                          nats=s.nats_url)
+            if not self.leader_elected or await self._lead():
+                await self.setup()
+                self.ready.set()
+                self.log.info("service ready", role=self.role, health_port=port,
+                              nats=s.nats_url)
             await self._stop.wait()
         finally:
             await self._shutdown()
+
+    async def _lead(self) -> bool:
+        """Stand by (live, not ready) until this replica holds the lease, then keep it; a lost
+        lease stops the service, which its supervisor starts again as a standby. False when
+        asked to stop while standing by."""
+        assert self.bus is not None
+        holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        standby = {"reason": "standby: waiting for the lease"}
+
+        async def check() -> str | None:
+            return standby["reason"] or None
+
+        def on_standby(current: str) -> None:
+            standby["reason"] = f"standby: {current} leads"
+            self.log.info("standing by", leader=current)
+
+        self.health.checks["leader"] = check
+        acquiring = asyncio.create_task(Leadership.acquire(
+            self.bus, self.lease_name, holder, ttl=self.settings.leader_lease_seconds,
+            on_standby=on_standby))
+        stopping = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not acquiring.done():
+            acquiring.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            return False
+        self.leadership = acquiring.result()
+        standby["reason"] = ""
+
+        async def hold() -> None:
+            assert self.leadership is not None
+            why = await self.leadership.keep()
+            self.log.warning("leadership lost; stopping", reason=why)
+            self.leadership = None
+            self._stop.set()
+
+        self.spawn(hold(), "lease")
+        return True
 
     async def _shutdown(self) -> None:
         self.log.info("shutting down")
@@ -101,6 +156,8 @@ class Service:
                 await consumer.stop()
         with contextlib.suppress(Exception):
             await self.teardown()
+        if self.leadership is not None:
+            await self.leadership.release()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

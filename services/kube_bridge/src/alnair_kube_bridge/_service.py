@@ -40,6 +40,10 @@ class KubeBridgeService(Service):
             "→ inventories retracted; bind decisions and annotate/event/status commands → "
             "Kubernetes API")
     settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
+    # Not leader-elected: replicas are safe side by side (tests/integration/kube_bridge/
+    # test_kb_replicas.py) — every publish is de-duplicated by its message id and the
+    # lifecycle records are compare-and-set, and binds are shared through one durable
+    # consumer — so a second replica takes over with no delay at all; a standby would add one.
 
     def __init__(self, settings: KubeBridgeSettings) -> None:
         super().__init__(settings)

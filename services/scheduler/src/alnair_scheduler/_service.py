@@ -76,6 +76,14 @@ class SchedulerService(Service):
     role = ("places fractional-GPU workloads on cards (cost-saving, high-performance, "
             "utilisation-aware), gangs all-or-nothing, CAS-committed allocations")
     settings_class = SchedulerSettings
+    # Replicas stand by; one leads (a lease in the bus's `leases` bucket): two would both act.
+    # Schedulers with their own consumers (another consumer_prefix, e.g. a second
+    # schedulerName) are not replicas: each has its own lease and CAS keeps them apart.
+    leader_elected = True
+
+    @property
+    def lease_name(self) -> str:
+        return f"scheduler-{self.settings.consumer_prefix}"  # type: ignore[attr-defined]
 
     async def setup(self) -> None:
         s: SchedulerSettings = self.settings  # type: ignore[assignment]
