@@ -44,8 +44,8 @@ async def test_a_standby_waits_and_takes_over_at_once_after_a_clean_stop(nats_se
     try:
         async def standing_by() -> str | None:
             report = await second.health.report()
-            reason = report.checks.get("leader", "")
-            return reason if reason.startswith("standby:") and "leads" in reason else None
+            return report.role if report.role.startswith("standby:") and "leads" in report.role \
+                else None
 
         reason = await wait_for(standing_by, what="the second replica standing by")
         assert first.leadership is not None and first.leadership.holder in reason
@@ -55,7 +55,8 @@ async def test_a_standby_waits_and_takes_over_at_once_after_a_clean_stop(nats_se
         await wait_for(lambda: asyncio.sleep(0, second.ready.is_set()), timeout=TTL * 3,
                        what="the standby leading")
         assert time.monotonic() - stopped < TTL, "a clean stop hands the lease over at once"
-        assert Replica.setups == 2 and (await second.health.report()).ready
+        report = await second.health.report()
+        assert Replica.setups == 2 and report.ready and not report.role.startswith("standby")
     finally:
         await stop(second, second_task)
 

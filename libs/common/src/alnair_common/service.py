@@ -109,21 +109,20 @@ class Service:
             await self._shutdown()
 
     async def _lead(self) -> bool:
-        """Stand by (live, not ready) until this replica holds the lease, then keep it; a lost
+        """Stand by until this replica holds the lease, then keep it; a lost
         lease stops the service, which its supervisor starts again as a standby. False when
         asked to stop while standing by."""
         assert self.bus is not None
         holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        standby = {"reason": "standby: waiting for the lease"}
-
-        async def check() -> str | None:
-            return standby["reason"] or None
+        # A standby is ready (it does its job: standing by, so a rolling update can go on),
+        # and says so in its role, which `alnair status` and the health report show.
+        role = self.health.role
 
         def on_standby(current: str) -> None:
-            standby["reason"] = f"standby: {current} leads"
+            self.health.role = f"standby: {current} leads — {role}"
             self.log.info("standing by", leader=current)
 
-        self.health.checks["leader"] = check
+        self.health.role = f"standby: waiting for the lease — {role}"
         acquiring = asyncio.create_task(Leadership.acquire(
             self.bus, self.lease_name, holder, ttl=self.settings.leader_lease_seconds,
             on_standby=on_standby))
@@ -136,7 +135,7 @@ class Service:
                 await acquiring
             return False
         self.leadership = acquiring.result()
-        standby["reason"] = ""
+        self.health.role = role
 
         async def hold() -> None:
             assert self.leadership is not None
