@@ -6,6 +6,7 @@ controller, the CLI and the status agree on one spec and one state table (``TABL
 
 from ._allocator import ElasticDemand, FreeCard, Hysteresis, ScalingCurve, allocate, fits
 from ._controller import Controller, TrackedJob, WorkerActions, job_key, worker_actions
+from ._crd import training_job_crd
 from ._errors import ElasticJobError, JobSpecError, TransitionError
 from ._job_codec import from_mapping, from_proto, from_yaml, to_proto
 from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest
@@ -75,12 +76,13 @@ __all__ = [
     "job_key",
     "phase_from_proto",
     "rendezvous_input",
-    "state_to_proto",
     "state_table_markdown",
+    "state_to_proto",
     "step",
     "submitted",
     "timeout_seconds",
     "to_proto",
+    "training_job_crd",
     "worker_actions",
     "worker_input",
 ]
