@@ -93,8 +93,9 @@ class DirectoryTier:
             self._ref(dataset, chunk)
             return True
 
-    def put_chunk(self, dataset: str, chunk: str, data: bytes) -> bool:
-        self._journal(dataset, chunk)
+    def put_chunk(self, dataset: str, chunk: str, data: bytes, *, journaled: bool = False) -> bool:
+        if not journaled:
+            self._journal(dataset, chunk)
         with self._group(chunk):
             new = not self._chunk(chunk).exists()
             if new:

@@ -147,9 +147,10 @@ class RedisTier:
             self.client.sadd(self._ds(dataset, "chunks"), chunk)
             return bool(self._ref(keys=self._chunk_keys(chunk)[:2], args=[dataset]))
 
-    def put_chunk(self, dataset: str, chunk: str, data: bytes) -> bool:
+    def put_chunk(self, dataset: str, chunk: str, data: bytes, *, journaled: bool = False) -> bool:
         with _reachable("storing a chunk"):
-            self.client.sadd(self._ds(dataset, "chunks"), chunk)
+            if not journaled:
+                self.client.sadd(self._ds(dataset, "chunks"), chunk)
             return bool(self._put(keys=self._chunk_keys(chunk), args=[dataset, data]))
 
     def get_chunks(self, chunks: list[str]) -> list[bytes | None]:

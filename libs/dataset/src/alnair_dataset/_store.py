@@ -75,7 +75,7 @@ def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, 
         cid = chunk_id(piece)
         if not tier.ref_existing(dataset, cid):
             budget.reserve(len(piece), needed=file.size - start)
-            if tier.put_chunk(dataset, cid, piece):
+            if tier.put_chunk(dataset, cid, piece, journaled=True):
                 new_bytes += len(piece)
         chunks.append(cid)
     if file.size == 0 and data is None:

@@ -52,8 +52,9 @@ class CacheTier(Protocol):
     def ref_existing(self, dataset: str, chunk: str) -> bool:
         """Journal ``chunk`` for ``dataset`` and reference it if stored; False if absent."""
 
-    def put_chunk(self, dataset: str, chunk: str, data: bytes) -> bool:
-        """Store ``data`` as ``chunk`` unless present, referenced by ``dataset``; True if new."""
+    def put_chunk(self, dataset: str, chunk: str, data: bytes, *, journaled: bool = False) -> bool:
+        """Store ``data`` as ``chunk`` unless present, referenced by ``dataset``; True if new.
+        ``journaled``: :meth:`ref_existing` just journaled it (saves a round trip)."""
 
     def get_chunks(self, chunks: list[str]) -> list[bytes | None]: ...
 
