@@ -4,8 +4,9 @@ Why versitygw: it is Apache-2.0 (MinIO and Garage are AGPL), it builds from the 
 proxy into the test-binary cache like the other Go servers (``scripts/testbin``, about a
 minute cold, 45 MB), and its POSIX backend maps buckets to directories and objects to
 files, so a test can also see or change the bytes behind an object. SeaweedFS was the other
-candidate; the module proxy has no semver tag of it to pin, and it is a far larger build.
-moto's server was the fallback only if neither built.
+candidate; the module proxy lists no version of it (its tags are not semver), so it could
+only be pinned by a pseudo-version of a commit. moto's server (a Python fake of S3's API)
+was the fallback only if neither built.
 
 The fixture needs no S3 library: buckets are made as directories before the server sees
 them (versitygw treats every top-level directory as a bucket). Tests talk to it with the
