@@ -272,6 +272,14 @@ def test_stores_keep_their_data_on_volumes(overlay: str) -> None:
         assert claim["metadata"]["name"] in mounts, f"{name}: the claim is not mounted"
     nats = main_container(find(docs, "StatefulSet", "alnair-nats"))
     assert {e["name"] for e in nats["env"]} == {"POD_NAME"}, "the bus's secrets are files, not environment"
+    # The profiler's spool (profiles MongoDB has not taken yet) survives rescheduling.
+    profiler = find(docs, "Deployment", "alnair-profiler")
+    volumes = {v["name"]: v for v in profiler["spec"]["template"]["spec"]["volumes"]}
+    claim = volumes["data"]["persistentVolumeClaim"]["claimName"]
+    assert find(docs, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert profiler["spec"]["strategy"]["type"] == "Recreate", "a RWO volume: one pod at a time"
+    assert any(m["name"] == "data" and m["mountPath"] == "/var/lib/alnair"
+               for m in main_container(profiler)["volumeMounts"])
 
 
 def test_grafana_provisions_every_generated_dashboard() -> None:
