@@ -422,6 +422,9 @@ class TrainingJobRecord(_message.Message):
     RUNNING_SECONDS_FIELD_NUMBER: _builtins.int
     FIRST_RUN_AT_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    LAST_STEP_AT_FIELD_NUMBER: _builtins.int
+    SLOWEST_STEP_SECONDS_FIELD_NUMBER: _builtins.int
     created_at: _builtins.float
     grant: _builtins.int
     wish: _builtins.int
@@ -434,6 +437,12 @@ class TrainingJobRecord(_message.Message):
     first_run_at: _builtins.float
     incarnation: _builtins.int
     """Gangs started from none so far (the rendezvous id's suffix)."""
+    step: _builtins.int
+    """The newest training step reported, when it came (unset: none since the world formed)
+    and a slow-decaying maximum of step times (the stall window is twice it).
+    """
+    last_step_at: _builtins.float
+    slowest_step_seconds: _builtins.float
     @_builtins.property
     def state(self) -> Global___JobState:
         """The last published state (spec, phase, reason, world, target, restarts, generation...)."""
@@ -468,17 +477,24 @@ class TrainingJobRecord(_message.Message):
         running_seconds: _builtins.float = ...,
         first_run_at: _builtins.float | None = ...,
         incarnation: _builtins.int = ...,
+        step: _builtins.int = ...,
+        last_step_at: _builtins.float | None = ...,
+        slowest_step_seconds: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "first_run_at", b"first_run_at", "state", b"state", "wish", b"wish"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_last_step_at", b"_last_step_at", "_wish", b"_wish", "first_run_at", b"first_run_at", "last_step_at", b"last_step_at", "state", b"state", "wish", b"wish"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "incarnation", b"incarnation", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "started", b"started", "state", b"state", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_last_step_at", b"_last_step_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "incarnation", b"incarnation", "last_step_at", b"last_step_at", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "slowest_step_seconds", b"slowest_step_seconds", "started", b"started", "state", b"state", "step", b"step", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__first_run_at: _TypeAlias = _typing.Literal["first_run_at"]  # noqa: Y015
     _WhichOneofArgType__first_run_at: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at"]  # noqa: Y015
+    _WhichOneofReturnType__last_step_at: _TypeAlias = _typing.Literal["last_step_at"]  # noqa: Y015
+    _WhichOneofArgType__last_step_at: _TypeAlias = _typing.Literal["_last_step_at", b"_last_step_at"]  # noqa: Y015
     _WhichOneofReturnType__wish: _TypeAlias = _typing.Literal["wish"]  # noqa: Y015
     _WhichOneofArgType__wish: _TypeAlias = _typing.Literal["_wish", b"_wish"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__first_run_at) -> _WhichOneofReturnType__first_run_at | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_step_at) -> _WhichOneofReturnType__last_step_at | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__wish) -> _WhichOneofReturnType__wish | None: ...
 

@@ -14,6 +14,7 @@ from alnair_elastic_job._job_states import (
     Phase,
     RendezvousComplete,
     ScaleCommand,
+    StepReported,
     Tick,
     WorkerExited,
     WorkersPlaced,
@@ -231,3 +232,32 @@ def test_goodput_is_the_share_of_time_since_the_first_run_spent_running() -> Non
     assert s.running_seconds == 100.0
     assert s.goodput(250.0) == pytest.approx((100.0 + 80.0) / 200.0)
     assert submitted(0.0).goodput(10.0) == 0.0
+
+
+def test_a_job_that_reports_steps_and_stops_stepping_is_restarted_not_left_hanging() -> None:
+    """No silent hang: survivors blocked in a collective report no step; after twice the
+    slowest recent step the job is Recovering, long before NCCL's or gloo's timeouts."""
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    assert timeout_seconds(r.job, r.s) is None, "no step reports yet: no stall clock"
+    r(StepReported(1, 4.0), dt=30.0)              # the first step after restoring a checkpoint
+    s = r(StepReported(2, 4.0), dt=4.0)
+    assert r(StepReported(2, 4.0), dt=0.0) is s and r(StepReported(1, 9.0), dt=0.0) is s, \
+        "only newer steps count"
+    assert timeout_seconds(r.job, s) == pytest.approx(s.last_step_at + 10.0 - s.entered_at)
+    assert r(Tick(), dt=9.0).phase is Phase.RUNNING
+    s = r(Tick(), dt=2.0)
+    assert (s.phase, s.reason, s.restarts) == (Phase.RECOVERING, "Stalled", 1)
+    assert "no training step for 11 s since step 2" in s.message
+    assert s.stopping == frozenset("abc")
+
+
+def test_a_new_world_gets_the_rendezvous_timeout_for_its_first_step() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    r(StepReported(5, 20.0))
+    s = r(WorkerExited("c", 1))
+    s = r(RendezvousComplete(frozenset("ab"), r.s.heard_round + 1))
+    assert s.last_step_at is None and s.slowest_step == 20.0
+    assert timeout_seconds(r.job, s) == 60.0 + 40.0
+    assert r(StepReported(6, 25.0), dt=50.0).phase is Phase.RUNNING

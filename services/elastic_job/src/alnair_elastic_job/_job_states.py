@@ -20,6 +20,9 @@ from enum import Enum
 
 from ._job_spec import TrainingJob
 
+# A job that reports its steps is declared stalled after twice its slowest recent step
+# without one, and never sooner than this (a GC pause, a checkpoint write).
+STALL_FLOOR_SECONDS = 10.0
 # Workers asked to stop (delete) get this long to report their exit before the job is
 # declared deleted anyway; the adapters keep deleting pods and processes on their side.
 STOP_GRACE_SECONDS = 30.0
@@ -67,8 +70,10 @@ TABLE: dict[Phase, PhaseInfo] = {
     Phase.RUNNING: PhaseInfo(
         "training with a world size within minReplicas..maxReplicas",
         ("worker-exited", "workers-placed", "capacity", "scale", *_ALWAYS),
-        "none while training; once a worker exited 0 (Completing) "
-        "spec.deadlines.rendezvousTimeoutSeconds", "Succeeded, the stragglers stopped"),
+        "none for a job that reports no steps; for one that does, 2× its slowest recent step "
+        f"(at least {STALL_FLOOR_SECONDS:.0f} s) without a step; once a worker exited 0 "
+        "(Completing) spec.deadlines.rendezvousTimeoutSeconds",
+        "Recovering (Stalled), one restart used; Completing: Succeeded, the stragglers stopped"),
     Phase.RESCALING: PhaseInfo(
         "changing the world size: workers added or stopped, the rest meet in a new rendezvous",
         ("rendezvous-complete", "workers-placed", "worker-started", "worker-exited", "capacity",
@@ -122,6 +127,11 @@ class JobStatus:
     # Gangs started from none so far: each gets a fresh rendezvous id, so workers of a new
     # gang never join the closed rendezvous of the last one (torch's RendezvousClosedError).
     incarnation: int = 0
+    # Steps reported by the job's workers: the newest step, when it came in this world
+    # (None: none yet since the world formed), and a slow-decaying maximum of step times.
+    step: int = 0
+    last_step_at: float | None = None
+    slowest_step: float = 0.0
     succeeded: int = 0
     retry_at: float = 0.0
     cause: str = "submitted"
@@ -160,11 +170,28 @@ def submitted(now: float) -> JobStatus:
 _TIMEOUTS: dict[Phase, Callable[[TrainingJob, JobStatus], float | None]] = {
     Phase.PENDING: lambda j, s: j.deadlines.scheduling_timeout_seconds,
     Phase.SCHEDULING: lambda j, s: j.deadlines.scheduling_timeout_seconds,
-    Phase.RUNNING: lambda j, s: j.deadlines.rendezvous_timeout_seconds if s.completing else None,
+    Phase.RUNNING: lambda j, s: _running_timeout(j, s),
     Phase.RESCALING: lambda j, s: j.deadlines.rendezvous_timeout_seconds,
     Phase.RECOVERING: lambda j, s: max(0.0, s.retry_at - s.entered_at),
     Phase.DELETING: lambda j, s: STOP_GRACE_SECONDS,
 }
+
+
+def stall_window(s: JobStatus) -> float:
+    return max(STALL_FLOOR_SECONDS, 2.0 * s.slowest_step)
+
+
+def _running_timeout(j: TrainingJob, s: JobStatus) -> float | None:
+    """Completing: the stragglers' grace. A job that reports steps: no step within the stall
+    window (the first step of a new world also gets the rendezvous timeout: it restores a
+    checkpoint). Otherwise none: only an input leaves Running."""
+    if s.completing:
+        return j.deadlines.rendezvous_timeout_seconds
+    if not s.slowest_step:
+        return None
+    if s.last_step_at is None:
+        return j.deadlines.rendezvous_timeout_seconds + stall_window(s)
+    return s.last_step_at + stall_window(s) - s.entered_at
 
 
 def timeout_seconds(job: TrainingJob, status: JobStatus) -> float | None:
@@ -221,6 +248,16 @@ class RendezvousComplete:
 
 
 @dataclass(frozen=True)
+class StepReported:
+    """The job reached training step ``step``; its last step took ``step_seconds``. Only
+    newer steps count, so a repeated or late report changes nothing."""
+
+    step: int
+    step_seconds: float
+    kind: str = field(default="step", init=False)
+
+
+@dataclass(frozen=True)
 class ScaleCommand:
     replicas: int
     kind: str = field(default="scale", init=False)
@@ -239,4 +276,4 @@ class Tick:
 
 
 JobInput = (CapacityChanged | WorkersPlaced | WorkerStarted | WorkerExited | RendezvousComplete
-            | ScaleCommand | DeleteCommand | Tick)
+            | StepReported | ScaleCommand | DeleteCommand | Tick)

@@ -23,10 +23,12 @@ from ._job_states import (
     Phase,
     RendezvousComplete,
     ScaleCommand,
+    StepReported,
     Tick,
     WorkerExited,
     WorkersPlaced,
     WorkerStarted,
+    stall_window,
     timeout_seconds,
 )
 
@@ -57,6 +59,11 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
         return _settle(job, s, replace(s, started=s.started | {event.worker}), now, event.kind)
     if isinstance(event, WorkerExited):
         return _exited(job, s, event, now)
+    if isinstance(event, StepReported):
+        if s.phase is not Phase.RUNNING or event.step <= s.step or not event.step_seconds > 0:
+            return s
+        slow = max(min(event.step_seconds, 86400.0), 0.9 * s.slowest_step)
+        return _update(s, event.kind, step=event.step, last_step_at=now, slowest_step=slow)
     if isinstance(event, RendezvousComplete):
         if event.round <= s.heard_round:
             return s
@@ -89,9 +96,13 @@ def _move(s: JobStatus, phase: Phase, reason: str, message: str, now: float, cau
     ran = s.running_seconds + (now - s.entered_at if s.phase is Phase.RUNNING and entered == now else 0.0)
     first = now if s.first_run_at is None and phase is Phase.RUNNING else s.first_run_at
     fresh = phase is Phase.SCHEDULING and s.phase is not Phase.SCHEDULING
+    # A new world (or any other phase) waits for its own first step.
+    same_world = phase is Phase.RUNNING and s.phase is Phase.RUNNING and \
+        changes.get("world", s.world) == s.world
+    last_step = s.last_step_at if same_world else None
     return replace(s, phase=phase, reason=reason, message=message, entered_at=entered,
                    generation=s.generation + 1, cause=cause, previous=s.phase,
-                   running_seconds=ran, first_run_at=first,
+                   running_seconds=ran, first_run_at=first, last_step_at=last_step,
                    incarnation=s.incarnation + fresh, **changes)
 
 
@@ -141,6 +152,12 @@ def _tick(job: TrainingJob, s: JobStatus, now: float) -> JobStatus:
                                 f"trying minReplicas={job.min_replicas}", now, "tick", reenter=True)
         return _fail(s, "SchedulingTimeout", f"{len(s.started)} of {s.target} workers started and "
                      f"met within {limit:.0f} s (spec.deadlines.schedulingTimeoutSeconds)", now, "tick")
+    if s.phase is Phase.RUNNING and not s.completing:
+        since = f"step {s.step}" if s.last_step_at is not None else "the rendezvous"
+        quiet = now - (s.last_step_at if s.last_step_at is not None else s.entered_at)
+        return _restart(job, s, "Stalled", f"no training step for {quiet:.0f} s since {since} "
+                        f"(2× the slowest recent step, {s.slowest_step:.1f} s, at least "
+                        f"{stall_window(s):.0f} s): a collective is likely hung", now, "tick")
     if s.phase is Phase.RUNNING:  # completing: the stragglers are stopped
         return _move(s, Phase.SUCCEEDED, "Succeeded", f"{s.succeeded} workers finished; "
                      f"{len(s.alive)} still running after {limit:.0f} s were stopped", now, "tick",
