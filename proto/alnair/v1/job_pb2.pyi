@@ -559,3 +559,42 @@ class WorkerPlan(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkerPlan: _TypeAlias = WorkerPlan  # noqa: Y015
+
+@_typing.final
+class StepReport(_message.Message):
+    """A job's training progress, on `alnair.job.<name>.step` (core: a lost one is replaced by
+    the next). Workers hold no bus credentials: the adapter that runs them relays what they
+    report (e.g. a progress file in the workspace), at most once a second per job.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    OBSERVED_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    step: _builtins.int
+    """The newest training step any worker of the job completed."""
+    step_seconds: _builtins.float
+    """How long that step took, seconds."""
+    @_builtins.property
+    def observed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        step: _builtins.int = ...,
+        step_seconds: _builtins.float = ...,
+        observed_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace", "observed_at", b"observed_at", "step", b"step", "step_seconds", b"step_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepReport: _TypeAlias = StepReport  # noqa: Y015

@@ -291,3 +291,40 @@ async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus
         assert s.target_replicas == 2
     finally:
         await _stop(service, task)
+
+
+async def test_a_job_whose_steps_stop_is_restarted_within_the_stall_window(
+        bus: Bus, nats_server: NatsServer) -> None:
+    """Steps relayed on alnair.job.<name>.step arm the stall detector; the controller's
+    clock is the test's, so the 10 s window passes at once."""
+    clock = [1_000_000.0]
+    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
+                                                         tick_seconds=0.05),
+                                   capacity=lambda: CARDS, clock=lambda: clock[0])
+    task = asyncio.create_task(service.run())
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    try:
+        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        await command(bus, submit=ej.to_proto(JOB))
+        await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
+        for uid in "abc":
+            await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND)
+        await bus.publish(subjects.job_rendezvous("resnet"),
+                          job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
+        await seen.phase(job_pb2.JOB_PHASE_RUNNING)
+        await bus.publish(subjects.job_step("resnet"),
+                          job_pb2.StepReport(name="resnet", step=1, step_seconds=2.0))
+
+        async def stepped() -> bool:
+            return service.controller.jobs["default/resnet"].status.step == 1
+
+        await wait_for(stepped, what="the step report applied")
+        clock[0] += 9.0
+        await asyncio.sleep(0.2)  # ticks within the window: nothing happens
+        assert seen.states[-1].phase == job_pb2.JOB_PHASE_RUNNING
+        clock[0] += 2.0
+        s = await seen.phase(job_pb2.JOB_PHASE_RECOVERING, "Stalled")
+        assert "no training step for 11 s since step 1" in s.message and s.restarts == 1
+    finally:
+        await _stop(service, task)

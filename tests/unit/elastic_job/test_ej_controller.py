@@ -82,3 +82,12 @@ def test_workloads_that_are_not_job_workers_are_skipped_and_bad_ones_refused() -
         ej.rendezvous_input("resnet", job_pb2.RendezvousRound(name="bert", round=1))
     with pytest.raises(ej.JobSpecError, match="numbered from 1"):
         ej.rendezvous_input("resnet", job_pb2.RendezvousRound(name="resnet"))
+
+
+def test_step_reports_read_into_inputs_and_bad_ones_are_refused() -> None:
+    key, event = ej.step_input("resnet", job_pb2.StepReport(name="resnet", step=7, step_seconds=1.5))
+    assert (key, event) == (KEY, ej.StepReported(7, 1.5))
+    with pytest.raises(ej.JobSpecError, match="more than 0 s"):
+        ej.step_input("resnet", job_pb2.StepReport(name="resnet", step=7))
+    with pytest.raises(ej.JobSpecError, match="must agree"):
+        ej.step_input("resnet", job_pb2.StepReport(name="bert", step=7, step_seconds=1.0))

@@ -157,6 +157,9 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.job.<name>.rendezvous", job_pb2.RendezvousRound, Transport.STREAM,
       "A round of a training job's rendezvous closed, with its members.", stream="JOBS",
       publishers=ADAPTERS, readers=("elastic-job",)),
+    S("alnair.job.<name>.step", job_pb2.StepReport, Transport.CORE,
+      "Training progress of a job (newest step, its duration), relayed by the adapter.",
+      publishers=ADAPTERS, readers=("elastic-job",)),
     S("alnair.cmd.workers.<name>", job_pb2.WorkerPlan, Transport.STREAM,
       "What a training job's workers should be: how many live, which to stop.",
       stream="COMMANDS", publishers=("elastic-job",), readers=ADAPTERS),
@@ -343,6 +346,10 @@ def job_rendezvous(name: str) -> str:
 
 def job_workers(name: str) -> str:
     return f"alnair.cmd.workers.{token(name)}"
+
+
+def job_step(name: str) -> str:
+    return f"alnair.job.{token(name)}.step"
 
 
 def profile_completed() -> str:

@@ -32,7 +32,7 @@ from ._job_states import (
 from ._job_transitions import step
 from ._service import ElasticJobService, ElasticJobSettings
 from ._state_codec import Submit, command_from_proto, phase_from_proto, state_to_proto
-from ._worker_events import JOB_LABEL, JOB_NAMESPACE_LABEL, rendezvous_input, worker_input
+from ._worker_events import JOB_LABEL, JOB_NAMESPACE_LABEL, rendezvous_input, step_input, worker_input
 
 __all__ = [
     "CapacityChanged",
@@ -81,6 +81,7 @@ __all__ = [
     "state_table_markdown",
     "state_to_proto",
     "step",
+    "step_input",
     "submitted",
     "timeout_seconds",
     "to_proto",

@@ -1,8 +1,9 @@
 """The elastic-job service: the bus wired to the controller and its one state machine.
 
 It reads the users' job commands (``alnair.cmd.job.<name>``), its workers' lifecycle
-(``alnair.workload.events``, workers labelled with their job) and the jobs' rendezvous
-rounds (``alnair.job.<name>.rendezvous``); every change of a job's status is published as a
+(``alnair.workload.events``, workers labelled with their job), the jobs' rendezvous
+rounds (``alnair.job.<name>.rendezvous``) and training steps (``alnair.job.<name>.step``,
+which arm the stall detector); every change of a job's status is published as a
 JobState on ``alnair.job.<name>.state`` with the message id ``<namespace>.<name>.<generation>``,
 so a retried publish is stored once. A bad command is terminated and reported as an error
 event (the CLI waits on it); a refused scale is the same.
@@ -58,7 +59,7 @@ from ._errors import ElasticJobError
 from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
 from ._job_states import DeleteCommand
 from ._state_codec import Submit, command_from_proto, state_to_proto, worker_plan
-from ._worker_events import rendezvous_input, worker_input
+from ._worker_events import rendezvous_input, step_input, worker_input
 
 
 class ElasticJobSettings(ServiceSettings):
@@ -103,6 +104,8 @@ class ElasticJobService(Service):
             await self.consume(DurableConsumer(self.bus, stream=stream, durable=durable,
                                                subject=subject, message_type=message_type,
                                                handler=handler, fetch_timeout=0.5))
+        await self.bus.subscribe(subjects.wildcard("alnair.job.<name>.step"), job_pb2.StepReport,
+                                 self._on_step)
         self.spawn(self._loop(s.tick_seconds), "job-clock")
 
     async def _watch_capacity(self) -> Callable[[], list[FreeCard]]:
@@ -181,6 +184,9 @@ class ElasticJobService(Service):
 
     async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:
         await self._apply(*rendezvous_input(subjects.name_of(subject.split(".")[2]), r))
+
+    async def _on_step(self, subject: str, r: job_pb2.StepReport) -> None:
+        await self._apply(*step_input(subjects.name_of(subject.split(".")[2]), r))
 
     async def _apply(self, key: str, event: object) -> None:
         async with self._lock:

@@ -13,7 +13,14 @@ from alnair.v1 import job_pb2, workload_pb2
 
 from ._controller import job_key
 from ._errors import JobSpecError
-from ._job_states import JobInput, RendezvousComplete, WorkerExited, WorkersPlaced, WorkerStarted
+from ._job_states import (
+    JobInput,
+    RendezvousComplete,
+    StepReported,
+    WorkerExited,
+    WorkersPlaced,
+    WorkerStarted,
+)
 
 JOB_LABEL = "ai.centaurus.io/training-job"
 JOB_NAMESPACE_LABEL = "ai.centaurus.io/training-job-namespace"
@@ -53,3 +60,13 @@ def rendezvous_input(subject_name: str, r: job_pb2.RendezvousRound) -> tuple[str
         raise JobSpecError("round", f"rendezvous round of job {r.name} has round {r.round}; rounds "
                            "are numbered from 1 so a late or repeated one can be told apart")
     return job_key(r.namespace or "default", r.name), RendezvousComplete(frozenset(r.members), r.round)
+
+
+def step_input(subject_name: str, r: job_pb2.StepReport) -> tuple[str, JobInput]:
+    if not r.name or r.name != subject_name:
+        raise JobSpecError("name", f"step report names job {r.name!r} on the subject of "
+                           f"{subject_name!r}; they must agree")
+    if not r.step_seconds > 0:
+        raise JobSpecError("step_seconds", f"step report of job {r.name} has step_seconds "
+                           f"{r.step_seconds}; a step takes more than 0 s")
+    return job_key(r.namespace or "default", r.name), StepReported(r.step, r.step_seconds)
