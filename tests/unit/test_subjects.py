@@ -87,3 +87,32 @@ def test_retention_caps_fit_the_servers_store() -> None:
     assert all(s.max_bytes > 0 and s.max_age_seconds > 0 for s in subjects.STREAMS)
     assert all(b.max_bytes > 0 for b in subjects.BUCKETS)
     assert total < 0.6 * 8e9, f"{total / 1e9:.1f} GB of caps"
+
+
+def test_asyncapi_document_is_current_and_consistent() -> None:
+    """docs/asyncapi.json is generated from the table (scripts/gen-proto) and every reference
+    in it resolves: channels to messages, operations to channels, parameters to the address."""
+    import json
+    import re
+
+    from alnair_common import asyncapi
+
+    committed = (ROOT / "docs" / "asyncapi.json").read_text()
+    assert committed == asyncapi.render(), "stale: run scripts/gen-proto"
+    doc = json.loads(committed)
+    assert doc["asyncapi"].startswith("3.")
+    messages = doc["components"]["messages"]
+    assert len(doc["channels"]) == len(subjects.SUBJECTS)
+    for cid, channel in doc["channels"].items():
+        for ref in channel["messages"].values():
+            assert ref["$ref"].rsplit("/", 1)[-1] in messages, (cid, ref)
+        placeholders = set(re.findall(r"{([a-z_]+)}", channel["address"]))
+        assert placeholders == set(channel.get("parameters", {})), cid
+        spec = subjects.spec_for(re.sub(r"{[a-z_]+}", "x", channel["address"]))
+        assert channel["x-transport"] == spec.transport.value
+    for oid, op in doc["operations"].items():
+        cid = op["channel"]["$ref"].rsplit("/", 1)[-1]
+        assert cid in doc["channels"], oid
+        for ref in op["messages"]:
+            assert ref["$ref"].rsplit("/", 1)[-1] in doc["channels"][cid]["messages"], oid
+    assert set(doc["x-buckets"]) == {b.name for b in subjects.BUCKETS}
