@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from pydantic import Field
 
@@ -76,7 +76,7 @@ class ElasticJobService(Service):
     settings_class = ElasticJobSettings
 
     def __init__(self, settings: ServiceSettings,
-                 capacity: Callable[[], Iterable[FreeCard]] | None = None,
+                 capacity: Callable[[], Iterable[FreeCard] | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(settings)
         self.controller = Controller()
@@ -108,22 +108,35 @@ class ElasticJobService(Service):
                                  self._on_step)
         self.spawn(self._loop(s.tick_seconds), "job-clock")
 
-    async def _watch_capacity(self) -> Callable[[], list[FreeCard]]:
-        """Follow both buckets; the callable answers from what the watches have seen."""
+    async def _watch_capacity(self) -> Callable[[], list[FreeCard] | None]:
+        """Follow both buckets; the callable answers from what the watches have seen, and
+        None until both have read every current value: dividing an inventory not yet read
+        would preempt every running job of a restarted controller."""
         assert self.bus is not None
         inventories: dict[str, inventory_pb2.NodeInventory] = {}
         allocations: dict[str, allocation_pb2.CardAllocation] = {}
+        watches: list[KVWatch] = []
         for bucket, message_type, into in ((INVENTORY_BUCKET, inventory_pb2.NodeInventory, inventories),
                                            (ALLOCATIONS_BUCKET, allocation_pb2.CardAllocation, allocations)):
             watch = await (await TypedKV.open(self.bus, bucket, message_type)).watch()
+            watches.append(watch)
             self.spawn(self._follow(watch, into), f"watch:{bucket}")
+        self.health.checks["capacity"] = self._check_capacity(watches)
 
-        def current() -> list[FreeCard]:
+        def current() -> list[FreeCard] | None:
+            if not all(w.is_caught_up for w in watches):
+                return None
             ours = frozenset(w for t in self.controller.jobs.values() for w in t.status.placed)
             by_uuid = {a.gpu_uuid: a for a in allocations.values()}
             return free_cards(inventories.values(), by_uuid, ours)
 
         return current
+
+    @staticmethod
+    def _check_capacity(watches: list[KVWatch]) -> Callable[[], Awaitable[str | None]]:
+        async def check() -> str | None:
+            return None if all(w.is_caught_up for w in watches) else "reading the GPU buckets"
+        return check
 
     @staticmethod
     async def _follow(watch: KVWatch, into: dict) -> None:
@@ -150,7 +163,8 @@ class ElasticJobService(Service):
         while not self._stop.is_set():
             async with self._lock:
                 now = self.clock()
-                changed = self.controller.reallocate(self.capacity(), now) if self.capacity else []
+                cards = self.capacity() if self.capacity else None
+                changed = self.controller.reallocate(cards, now) if cards is not None else []
                 await self._publish(changed + self.controller.tick(now))
                 _metrics.observe(self.controller.jobs.values(), self._forgotten, now)
                 self._forgotten.clear()
