@@ -211,6 +211,11 @@ async def test_interceptor_samples_give_memcpy_bandwidth_and_the_launch_period(
     memcpy = record["series"]["memcpy_bytes_per_second"]
     assert memcpy["max"] == pytest.approx(4e9) and memcpy["samples"] == 11
     assert memcpy["deciles"][4] == pytest.approx(1e9)
+    # By direction: half host→device, half device→host, nothing on the card.
+    htod, dtoh = (record["series"][f"memcpy_{d}_bytes_per_second"] for d in ("htod", "dtoh"))
+    assert htod["max"] == pytest.approx(2e9, rel=1e-6) and dtoh["max"] == pytest.approx(2e9, rel=1e-6)
+    assert htod["samples"] == 11 and htod["deciles"][4] == pytest.approx(5e8, rel=1e-6)
+    assert record["series"]["memcpy_dtod_bytes_per_second"]["max"] == 0.0
     assert record["series"]["gpu_memory_bytes"]["max"] == 5 * 2**30  # from the region: no NVML samples
     assert record["training"]["is_training"] and record["training"]["evidence"] == "launch-signature"
     assert record["training"]["period_seconds"] == pytest.approx(0.0123)

@@ -35,6 +35,7 @@ from deploy_render import (
 )
 
 from alnair_common import Service
+from alnair_common.annotations import OWNER_KINDS
 from alnair_common.config import load_settings
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
@@ -201,10 +202,20 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
         rules = [r for kind, role in bound[account] for r in roles[(kind, role)]["rules"]]
         assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}], f"{agent}: {rules}"
     bridge = pod_spec(find(docs, "Deployment", "alnair-kube-bridge"))["serviceAccountName"]
-    granted = {(res, verb) for kind, role in bound[bridge] for r in roles[(kind, role)]["rules"]
-               for res in r["resources"] for verb in r["verbs"]}
-    assert {("pods/binding", "create"), ("pods", "patch"), ("events", "create"), ("podgroups/status", "patch")} \
-        <= granted, f"kube-bridge lacks a permission it uses: {sorted(granted)}"
+    granted = {(group, res, verb) for kind, role in bound[bridge] for r in roles[(kind, role)]["rules"]
+               for group in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
+    # Exactly what the bridge uses, nothing more: the pod owners the profiler annotates
+    # (alnair_common.annotations.OWNER_KINDS) get patch and nothing else, not even get.
+    owners = {(api.rpartition("/")[0], plural, "patch") for (api, _kind), plural in OWNER_KINDS.items()}
+    read = {"get", "list", "watch"}
+    expected = ({("", "pods", v) for v in read | {"patch"}} | {("", "pods/binding", "create")}
+                | {("", "nodes", v) for v in read | {"patch"}} | {("", "events", "create")}
+                | {("alnair.centaurus.io", "podgroups", v) for v in read | {"patch"}}
+                | {("alnair.centaurus.io", "podgroups/status", v) for v in ("get", "patch")}
+                | {("alnair.centaurus.io", "trainingjobs", "patch")} | owners)
+    assert granted == expected, (f"kube-bridge grants beyond its use: {sorted(granted - expected)}; "
+                                 f"lacks: {sorted(expected - granted)}")
+    assert ("batch", "jobs", "patch") in owners and ("apps", "replicasets", "patch") in owners
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -12,3 +12,11 @@ SCHEDULING_PROFILE = PREFIX + "scheduling-profile"
 SIMULATED_GPU = PREFIX + "simulated-gpu"
 POD_GROUP_LABEL = "alnair.centaurus.io/pod-group"
 LOCAL_API_VERSION = "alnair.local/v1"
+
+# Owners of pods that the profiler's owner-level annotations may be written on (kube-bridge
+# carries them out; its RBAC grants patch on exactly these): (apiVersion, kind) → plural.
+# A Deployment's pods are owned by its ReplicaSet, so a Deployment's profile lands on the
+# ReplicaSet of each rollout (one profile per revision); the Deployment itself is not patched.
+# Alnair's own kinds (alnair.centaurus.io, any version) are allowed besides these.
+OWNER_KINDS = {("batch/v1", "Job"): "jobs", ("apps/v1", "StatefulSet"): "statefulsets",
+               ("apps/v1", "ReplicaSet"): "replicasets"}

@@ -5,6 +5,11 @@ fails (with the API's reason and whether a retry could help). Replays are harmle
 annotating twice writes the same values, an Event is named after its command id (the second
 create finds it exists), a status merge-patch is idempotent. Commands about local workloads
 (``alnair.local/v1``) belong to the local agent and are left alone.
+
+Objects acted on: v1 Pods and Nodes, ``alnair.centaurus.io`` resources, and the pod owners
+the profiler aggregates to (``alnair_common.annotations.OWNER_KINDS``: batch/v1 Job, apps/v1
+StatefulSet and ReplicaSet), which only get annotations. Anything else is refused before the
+API is asked, so a brain cannot reach further than the bridge's RBAC says.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from alnair.v1 import commands_pb2
 from alnair_common import Bus, PermanentError
-from alnair_common.annotations import LOCAL_API_VERSION
+from alnair_common.annotations import LOCAL_API_VERSION, OWNER_KINDS
 from alnair_common.commands import answer, check_annotation_keys
 
 from ._kube_errors import MERGE_PATCH, classify
@@ -48,14 +53,17 @@ class Target:
             if ref.kind == "Pod" and not ref.namespace:
                 raise PermanentError(f"Pod {ref.name!r}: namespace missing")
             return cls(ref.kind, ref.namespace if ref.kind == "Pod" else "", ref.name)
-        if group == ALNAIR_GROUP and ref.kind:
+        plural = OWNER_KINDS.get((ref.api_version, ref.kind))
+        if plural is None and group == ALNAIR_GROUP and ref.kind:
+            plural = ref.kind.lower() + "s"
+        if plural is not None:
             if not ref.namespace:
                 raise PermanentError(f"{ref.kind} {ref.name!r}: namespace missing")
-            return cls(ref.kind, ref.namespace, ref.name, group, version,
-                       ref.kind.lower() + "s")
+            return cls(ref.kind, ref.namespace, ref.name, group, version, plural)
+        owners = ", ".join(f"{v} {k}" for v, k in OWNER_KINDS)
         raise PermanentError(
-            f"kube-bridge acts on v1 Pods and Nodes and {ALNAIR_GROUP} resources, not "
-            f"{ref.api_version or '?'} {ref.kind or '?'}")
+            f"kube-bridge acts on v1 Pods and Nodes, {ALNAIR_GROUP} resources and the owners "
+            f"{owners}, not {ref.api_version or '?'} {ref.kind or '?'}")
 
 
 class Commands:
@@ -96,7 +104,7 @@ class Commands:
             self.core.patch_namespaced_pod(t.name, t.namespace, patch, _content_type=MERGE_PATCH)
         elif t.kind == "Node" and not t.group:
             self.core.patch_node(t.name, patch, _content_type=MERGE_PATCH)
-        else:
+        else:  # a custom resource or a built-in owner: the same /apis/<group>/<version> path
             self.custom.patch_namespaced_custom_object(
                 t.group, t.version, t.namespace, t.plural, t.name, patch,
                 _content_type=MERGE_PATCH)
@@ -130,8 +138,9 @@ class Commands:
         self._call(f"record event on {t.kind} {t.namespace}/{t.name}", create)
 
     def _status(self, t: Target, cmd: commands_pb2.StatusUpdateCommand) -> None:
-        if not t.group:
-            raise PermanentError(f"status updates are for custom resources, not {t.kind}")
+        if t.group != ALNAIR_GROUP:
+            raise PermanentError(f"status updates are for {ALNAIR_GROUP} resources, not "
+                                 f"{t.group or 'core'}/{t.version} {t.kind}")
         try:
             status = json.loads(cmd.status_json)
         except ValueError as e:

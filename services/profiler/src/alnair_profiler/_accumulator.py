@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._detection import LaunchReport, detect
-from ._domain import CopyCounter, LaunchPoint, Point, WorkloadInfo
+from ._domain import COPY_DIRECTIONS, CopyCounter, LaunchPoint, Point, WorkloadInfo
 from ._peak_memory import predict_peak
 from ._profile import SERIES, WorkloadProfile
 from ._series import Series
@@ -24,7 +24,7 @@ class WorkloadState:
     info: WorkloadInfo | None = None
     series: dict[str, Series] = field(default_factory=dict)
     launches: list[LaunchReport] = field(default_factory=list)
-    last_copy: tuple[float, int] | None = None
+    last_copy: dict[str, tuple[float, int]] = field(default_factory=dict)  # direction → (t, bytes)
     first_seen: float = 0.0
     dirty: bool = False
 
@@ -40,11 +40,19 @@ class WorkloadState:
             self._add_copy(item)
 
     def _add_copy(self, c: CopyCounter) -> None:
-        previous, self.last_copy = self.last_copy, (c.t, c.total_bytes)
-        if previous is None or c.t <= previous[0] or c.total_bytes < previous[1]:
-            return  # first reading, out of order, or the counter restarted with a new process
-        rate = (c.total_bytes - previous[1]) / (c.t - previous[0])
-        self.series.setdefault("memcpy_bytes_per_second", Series()).add(c.t, rate)
+        """A rate per direction and their sum, from consecutive cumulative readings. A
+        direction whose counter went backwards (a new process) skips one reading."""
+        rates: list[float] = []
+        for direction, total in c.by_direction().items():
+            previous = self.last_copy.get(direction)
+            self.last_copy[direction] = (c.t, total)
+            if previous is None or c.t <= previous[0] or total < previous[1]:
+                continue  # first reading, out of order, or the counter restarted
+            rate = (total - previous[1]) / (c.t - previous[0])
+            self.series.setdefault(f"memcpy_{direction}_bytes_per_second", Series()).add(c.t, rate)
+            rates.append(rate)
+        if len(rates) == len(COPY_DIRECTIONS):
+            self.series.setdefault("memcpy_bytes_per_second", Series()).add(c.t, sum(rates))
 
     def profile(self, info: WorkloadInfo) -> WorkloadProfile:
         gpu_mem = self.series.get("gpu_memory_bytes") or self.series.get("gpu_memory_bytes_cuda") or Series()
@@ -65,16 +73,19 @@ class WorkloadState:
             "info": self.info.to_doc() if self.info else None,
             "series": {k: s.to_doc() for k, s in self.series.items()},
             "launches": [[r.t, r.period_seconds, r.repeats] for r in self.launches],
-            "last_copy": list(self.last_copy) if self.last_copy else None,
+            "last_copy": {k: list(v) for k, v in self.last_copy.items()},
             "first_seen": self.first_seen,
         }
 
     @classmethod
     def from_doc(cls, d: dict) -> WorkloadState:  # type: ignore[type-arg]
         last = d.get("last_copy")
+        # A checkpoint from before copies were kept by direction holds one [t, sum]: dropped
+        # (the next reading of each direction starts its rate again).
+        last_copy = {k: (float(v[0]), int(v[1])) for k, v in last.items()} if isinstance(last, dict) else {}
         return cls(
             uid=d["uid"], info=WorkloadInfo.from_doc(d["info"]) if d.get("info") else None,
             series={k: Series.from_doc(v) for k, v in (d.get("series") or {}).items()},
             launches=[LaunchReport(float(t), float(p), int(r)) for t, p, r in d.get("launches", [])],
-            last_copy=(float(last[0]), int(last[1])) if last else None,
+            last_copy=last_copy,
             first_seen=float(d.get("first_seen", 0.0)))

@@ -166,13 +166,27 @@ class LaunchPoint:
     repeats: int
 
 
+COPY_DIRECTIONS = ("htod", "dtoh", "dtod")  # host→device, device→host, device→device
+
+
 @dataclass(frozen=True)
 class CopyCounter:
-    """Cumulative host/device copy bytes of a workload; the profiler turns them into a rate."""
+    """Cumulative copy bytes of a workload by direction (``COPY_DIRECTIONS``); the profiler
+    turns each into a rate. Directions are kept apart because they are different limits: H2D
+    is the PCIe/input pipeline, D2D is on-card bandwidth."""
 
     uid: str
     t: float
-    total_bytes: int
+    htod_bytes: int
+    dtoh_bytes: int = 0
+    dtod_bytes: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.htod_bytes + self.dtoh_bytes + self.dtod_bytes
+
+    def by_direction(self) -> dict[str, int]:
+        return {"htod": self.htod_bytes, "dtoh": self.dtoh_bytes, "dtod": self.dtod_bytes}
 
 
 def _check(uid: str, metric: str, value: float, *, ratio: bool = False) -> Point | Rejected | None:
@@ -223,8 +237,8 @@ def point_from_cuda(sample: metrics_pb2.CudaSample) -> Iterator[Point | Rejected
         return
     t = sample.sampled_at.ToDatetime(tzinfo=UTC).timestamp()
     yield Point(uid, "gpu_memory_bytes_cuda", t, float(sample.memory_used_bytes))
-    yield CopyCounter(uid, t, sample.memcpy_htod_bytes_total + sample.memcpy_dtoh_bytes_total
-                      + sample.memcpy_dtod_bytes_total)
+    yield CopyCounter(uid, t, sample.memcpy_htod_bytes_total, sample.memcpy_dtoh_bytes_total,
+                      sample.memcpy_dtod_bytes_total)
     period = sample.launch_period_seconds
     bad = _check(uid, "launch_period_seconds", period)
     if bad is not None:

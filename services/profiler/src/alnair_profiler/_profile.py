@@ -22,7 +22,11 @@ from ._domain import Owner, WorkloadInfo
 from ._series import SeriesSummary
 
 SERIES = ("cpu_cores", "memory_bytes", "disk_io_bytes_per_second", "network_bytes_per_second",
-          "gpu_utilization_ratio", "gpu_memory_bytes", "memcpy_bytes_per_second")
+          "gpu_utilization_ratio", "gpu_memory_bytes", "memcpy_bytes_per_second",
+          "memcpy_htod_bytes_per_second", "memcpy_dtoh_bytes_per_second", "memcpy_dtod_bytes_per_second")
+# The copy series by direction are in the record and the annotations; the WorkloadProfile
+# message has only the sum (memcpy_bytes_per_second) until profile.proto gains them.
+_PROTO_SERIES = frozenset(profile_pb2.WorkloadProfile.DESCRIPTOR.fields_by_name)
 SCHEMA_VERSION = 1
 
 
@@ -88,7 +92,7 @@ class WorkloadProfile:
         for name, when in (("started_at", i.started_at), ("finished_at", i.finished_at)):
             if when is not None:
                 getattr(msg, name).CopyFrom(_timestamp(when))
-        for name in SERIES:
+        for name in (n for n in SERIES if n in _PROTO_SERIES):
             s = self.summaries.get(name, SeriesSummary())
             getattr(msg, name).CopyFrom(profile_pb2.SeriesSummary(max=s.max, deciles=list(s.deciles),
                                                                   samples=s.samples))
