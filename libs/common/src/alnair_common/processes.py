@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
 import threading
@@ -36,7 +37,11 @@ def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None] 
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                       ctypes.c_ulong]
 
+    parent = os.getpid()
+
     def arm() -> None:
         prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and here: no signal comes
+            os.kill(os.getpid(), sig)
 
     return arm
