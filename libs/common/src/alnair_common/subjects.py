@@ -209,7 +209,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
                writers=("kube-bridge",), readers=("scheduler",)),
     BucketSpec("leases", "Who leads each replicated service (alnair_common.leadership).",
-               history=1, writers=("scheduler",)),
+               history=1, writers=("scheduler", "elastic-job")),
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes.",
                writers=("cache-hydrator",)),

@@ -74,6 +74,13 @@ class ElasticJobService(Service):
     role = ("training jobs through one state machine (Pending … Succeeded/Failed, reasons and "
             "timeouts), GPUs divided by the allocator; no adapter creates workers yet")
     settings_class = ElasticJobSettings
+    # One controller acts on the jobs; replicas stand by (a lease on the bus). Controllers
+    # with their own consumers (another consumer_prefix) are not replicas.
+    leader_elected = True
+
+    @property
+    def lease_name(self) -> str:
+        return f"elastic-job-{self.settings.consumer_prefix}"  # type: ignore[attr-defined]
 
     def __init__(self, settings: ServiceSettings,
                  capacity: Callable[[], Iterable[FreeCard] | None] | None = None,
