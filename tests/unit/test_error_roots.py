@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+import alnair_cache_hydrator
+import alnair_dataset
 import alnair_device_plugin
+import alnair_elastic_job
 import alnair_gpu
 import alnair_kubelet
 import alnair_profiler
@@ -26,6 +29,8 @@ ROOTS = [
     (alnair_kubelet, "KubeletError"),
     (alnair_device_plugin, "DevicePluginError"),
     (alnair_profiler, "ProfilerError"),
+    (alnair_cache_hydrator, "CacheHydratorError"),
+    (alnair_elastic_job, "ElasticJobError"),
 ]
 
 CLASSES: list[tuple[type[Exception], type[Exception], str]] = [
@@ -39,6 +44,9 @@ CLASSES: list[tuple[type[Exception], type[Exception], str]] = [
     (alnair_profiler.StoreUnavailableError, alnair_profiler.ProfilerError, "temporary"),
     (PrometheusError, alnair_profiler.ProfilerError, "temporary"),
     (InvalidInputError, alnair_profiler.ProfilerError, "permanent"),
+    (alnair_cache_hydrator.InvalidRequestError, alnair_cache_hydrator.CacheHydratorError, "permanent"),
+    (alnair_cache_hydrator.TierBusyError, alnair_cache_hydrator.CacheHydratorError, "temporary"),
+    (alnair_elastic_job.JobSpecError, alnair_elastic_job.ElasticJobError, "permanent"),
     (RunError, AlnairError, "permanent"),
     (ProfileNotFoundError, AlnairError, "permanent"),
 ]
@@ -77,3 +85,11 @@ def test_profile_not_found_is_still_a_lookup_error() -> None:
     with pytest.raises(LookupError):
         raise ProfileNotFoundError("no profile named 'x'")
 
+
+
+def test_the_data_client_stands_alone() -> None:
+    """alnair_dataset is installed inside arbitrary training images and depends on nothing of
+    the platform, so its root is a plain Exception — with its own temporary flag instead."""
+    assert not issubclass(alnair_dataset.DatasetError, AlnairError)
+    assert "DatasetError" in alnair_dataset.__all__
+    assert alnair_dataset.DatasetError.temporary is False
