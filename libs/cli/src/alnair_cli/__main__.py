@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 from google.protobuf.json_format import MessageToDict
-from rich.console import Console
 
 from alnair.v1 import platform_pb2
 from alnair_common import AlnairError, ConfigError, subjects
@@ -19,8 +18,10 @@ from alnair_common.config import default_data_dir
 
 from ._dataset import DatasetCommandError, dataset_app, with_dataset
 from ._events import tail
+from ._job_commands import job_app
 from ._logs import show_logs
-from ._platform import BusTarget, PlatformInfo
+from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
+from ._platform import PlatformInfo
 from ._ps import ps_table, visible
 from ._ps import row as ps_row
 from ._run import RunError, Runner, RunRequest
@@ -31,28 +32,7 @@ from ._workloads import all_workloads, workspace
 app = typer.Typer(help="Alnair: share GPUs between AI workloads.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(dataset_app, name="dataset")
-out = Console()
-err = Console(stderr=True)
-
-DataDir = Annotated[Path, typer.Option("--data-dir", envvar="ALNAIR_HOME",
-                                       help="Where the local platform keeps its state.")]
-NatsUrl = Annotated[str | None, typer.Option("--nats-url", envvar="ALNAIR_NATS_URL",
-                                             help="Bus to talk to (default: the running platform's).")]
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
-
-
-def resolve_nats(data_dir: Path, nats_url: str | None) -> BusTarget:
-    if nats_url:
-        return BusTarget.find(data_dir, nats_url)
-    info = PlatformInfo.read(data_dir)
-    if info is None:
-        raise fail(f"Alnair is not running from {data_dir}: start it with `alnair up` "
-                   "(or pass --nats-url)")
-    return BusTarget.find(data_dir, info.nats_url)
+app.add_typer(job_app, name="job")
 
 
 @app.command()

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
@@ -24,7 +23,8 @@ from alnair.v1 import cache_pb2, platform_pb2
 from alnair_common import AlnairError, Bus, PermanentError, TypedKV, subjects
 from alnair_common.config import default_data_dir
 
-from ._platform import BusTarget, PlatformInfo
+from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
+from ._platform import BusTarget
 from ._run import RunRequest
 
 BUCKET = "cache_datasets"
@@ -37,32 +37,12 @@ ACCEPT_TIMEOUT = 15.0
 
 dataset_app = typer.Typer(help="Cache data sets close to the GPUs (S3 or a local/NFS directory).",
                           no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
-
-DataDir = Annotated[Path, typer.Option("--data-dir", envvar="ALNAIR_HOME",
-                                       help="Where the local platform keeps its state.")]
-NatsUrl = Annotated[str | None, typer.Option("--nats-url", envvar="ALNAIR_NATS_URL",
-                                             help="Bus to talk to (default: the running platform's).")]
 
 
 class DatasetCommandError(PermanentError):
     """The hydrator refused a request, or a data set is not there; exit 2."""
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
-
-
-def _target(data_dir: Path, nats_url: str | None) -> BusTarget:
-    if nats_url:
-        return BusTarget.find(data_dir, nats_url)
-    info = PlatformInfo.read(data_dir)
-    if info is None:
-        raise _fail(f"Alnair is not running from {data_dir}: start it with `alnair up` "
-                    "(or pass --nats-url)")
-    return BusTarget.find(data_dir, info.nats_url)
 
 
 def gib(n: int) -> str:
@@ -219,13 +199,13 @@ def add(
 ) -> None:
     """Cache a data set; follow its hydration with a progress bar."""
     if source.startswith("file://") is False and source.startswith("s3://") is False:
-        raise _fail(f"source {source!r}: use s3://bucket/prefix or file:///absolute/path", 2)
+        raise fail(f"source {source!r}: use s3://bucket/prefix or file:///absolute/path", 2)
     if source.startswith("file://") and not source.startswith("file:///"):
         source = "file://" + str(Path(source[len("file://"):]).resolve())
     spec = cache_pb2.CacheDatasetSpec(name=name, source=source, include=include or [],
                                       exclude=exclude or [], pin=pin,
                                       owner=os.environ.get("USER", ""))
-    target = _target(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn())
     try:
@@ -233,12 +213,12 @@ def add(
             status = _on_bus(target, lambda bus: add_dataset(
                 bus, spec, wait=not detach, timeout=timeout, progress=progress))
     except DatasetCommandError as e:
-        raise _fail(str(e), 2) from e
+        raise fail(str(e), 2) from e
     except (AlnairError, TimeoutError) as e:
-        raise _fail(f"alnair dataset add: {e}") from e
+        raise fail(f"alnair dataset add: {e}") from e
     phase = PHASES.get(status.phase, "?")
     if status.phase == cache_pb2.CACHE_PHASE_FAILED:
-        raise _fail(f"data set {name!r} failed ({status.reason}): {status.message}")
+        raise fail(f"data set {name!r} failed ({status.reason}): {status.message}")
     out.print(f"{name}: {phase}. {status.message}", highlight=False)
 
 
@@ -249,11 +229,11 @@ def ls(
     nats_url: NatsUrl = None,
 ) -> None:
     """List cached data sets: phase, progress, sizes, dedup savings."""
-    target = _target(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
     try:
         statuses = _on_bus(target, list_datasets)
     except AlnairError as e:
-        raise _fail(f"alnair dataset ls: {e}") from e
+        raise fail(f"alnair dataset ls: {e}") from e
     if json_output:
         print(json.dumps([as_json(s) for s in statuses], indent=2))
     else:
@@ -268,13 +248,13 @@ def rm(
     nats_url: NatsUrl = None,
 ) -> None:
     """Remove a data set; its chunks are freed unless other data sets share them."""
-    target = _target(data_dir, nats_url)
+    target = resolve_nats(data_dir, nats_url)
     try:
         _on_bus(target, lambda bus: remove_dataset(bus, name, timeout=timeout))
     except DatasetCommandError as e:
-        raise _fail(str(e), 2) from e
+        raise fail(str(e), 2) from e
     except (AlnairError, TimeoutError) as e:
-        raise _fail(f"alnair dataset rm: {e}") from e
+        raise fail(f"alnair dataset rm: {e}") from e
     out.print(f"{name}: removed")
 
 

@@ -1,0 +1,113 @@
+"""``alnair job``: submit, list, describe, scale and delete training jobs.
+
+The elastic-job controller owns every job; the CLI only asks (a ``JobCommand`` on
+``alnair.cmd.job.<name>``, de-duplicated by its request id) and reads: the ``training_jobs``
+bucket holds each job's current state, the JOBS stream every transition with its reason.
+A spec is validated here before anything is sent, with the controller's own rules
+(``alnair_elastic_job.from_yaml``), so a bad file fails at once with the field and the fix.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.table import Table
+
+from alnair.v1 import job_pb2
+from alnair_common import Bus, PermanentError, StreamFollower, TypedKV, subjects
+from alnair_elastic_job import from_yaml, to_proto
+
+BUCKET = "training_jobs"
+NAMESPACE = "default"  # a TrainingJob without one is in "default", as in Kubernetes
+
+
+class JobCommandError(PermanentError):
+    """A job command that cannot be sent (bad file, unknown job); exit 2."""
+
+
+def phase_name(phase: int) -> str:
+    return job_pb2.JobPhase.Name(phase).removeprefix("JOB_PHASE_").lower()
+
+
+def submission(path: Path) -> job_pb2.JobCommand:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise JobCommandError(f"{path}: cannot read it: {e.strerror}") from e
+    job = from_yaml(text, str(path))  # JobSpecError (permanent) names the field and the fix
+    return job_pb2.JobCommand(name=job.name, namespace=job.namespace, submit=to_proto(job),
+                              request_id=uuid.uuid4().hex)
+
+
+async def send(bus: Bus, command: job_pb2.JobCommand) -> None:
+    await bus.publish(subjects.job_command(command.name), command,
+                      msg_id=f"job:{command.request_id}")
+
+
+async def records(bus: Bus) -> list[job_pb2.TrainingJobRecord]:
+    kv = await TypedKV.open(bus, BUCKET, job_pb2.TrainingJobRecord)
+    return sorted((await kv.current()).values(),
+                  key=lambda r: (r.state.spec.namespace, r.state.spec.name))
+
+
+async def record(bus: Bus, name: str, namespace: str) -> job_pb2.TrainingJobRecord:
+    for r in await records(bus):
+        if r.state.spec.name == name and r.state.spec.namespace == namespace:
+            return r
+    raise JobCommandError(f"no training job {namespace}/{name}: see `alnair job ls`")
+
+
+async def history(bus: Bus, name: str, namespace: str,
+                  timeout: float = 10.0) -> list[job_pb2.JobState]:
+    """Every transition of the job still on the JOBS stream, oldest first."""
+    seen: list[job_pb2.JobState] = []
+
+    async def keep(_: str, state: job_pb2.JobState) -> None:
+        if state.spec.namespace == namespace:
+            seen.append(state)
+
+    follower = StreamFollower(bus, stream="JOBS", subject=subjects.job_state(name),
+                              message_type=job_pb2.JobState, handler=keep)
+    await follower.start()
+    try:
+        await follower.caught_up(timeout)
+    finally:
+        await follower.stop()
+    return seen
+
+
+def _age(stamp, now: datetime) -> str:  # type: ignore[no-untyped-def]
+    if not stamp.seconds:
+        return "-"
+    seconds = int((now - stamp.ToDatetime(tzinfo=UTC)).total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def jobs_table(found: list[job_pb2.TrainingJobRecord]) -> Table:
+    now = datetime.now(UTC)
+    table = Table(title="Alnair training jobs", title_justify="left")
+    for column in ("name", "namespace", "phase", "workers", "target", "min..max", "restarts",
+                   "goodput", "reason", "in phase"):
+        table.add_column(column)
+    for r in found:
+        s = r.state
+        table.add_row(s.spec.name, s.spec.namespace, phase_name(s.phase), str(s.replicas),
+                      str(s.target_replicas), f"{s.spec.min_replicas}..{s.spec.max_replicas}",
+                      str(s.restarts), f"{s.goodput_ratio:.0%}", s.reason or "-",
+                      _age(s.entered_at, now))
+    return table
+
+
+def history_table(states: list[job_pb2.JobState]) -> Table:
+    table = Table(title="transitions", title_justify="left")
+    for column in ("#", "at", "from", "to", "cause", "reason", "workers", "message"):
+        table.add_column(column)
+    for s in states:
+        at = s.observed_at.ToDatetime(tzinfo=UTC).strftime("%H:%M:%S") if s.observed_at.seconds else "-"
+        table.add_row(str(s.generation), at, phase_name(s.previous_phase), phase_name(s.phase),
+                      s.cause or "-", s.reason or "-", f"{s.replicas}/{s.target_replicas}",
+                      s.message)
+    return table
