@@ -29,7 +29,7 @@ from alnair.v1 import metrics_pb2
 
 from ._workloads import WorkloadInfo
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _POD_LEVEL = re.compile(r"pod[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12}")
 
@@ -44,6 +44,7 @@ class HostCounters:
     disk_write_bytes_total: int | None = None
     network_receive_bytes_total: int | None = None
     network_transmit_bytes_total: int | None = None
+    cpu_user_seconds_total: float | None = None  # the user-mode part of cpu_seconds_total
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +190,12 @@ class HostReader:
             cgroups.add(cg)
             if ns is not None:
                 netns.setdefault(ns, pid)
-        cpu = mem = rd = wr = rx = tx = None
+        cpu = user = mem = rd = wr = rx = tx = None
         for cg in sorted(cgroups):
-            usec = _keyed(_read(f"{cg}/cpu.stat"), "usage_usec")
+            cpu_stat = _read(f"{cg}/cpu.stat")
+            usec, user_usec = _keyed(cpu_stat, "usage_usec"), _keyed(cpu_stat, "user_usec")
             cpu = _add(cpu, None if usec is None else usec / 1e6)
+            user = _add(user, None if user_usec is None else user_usec / 1e6)
             current = _read(f"{cg}/memory.current")
             mem = _add(mem, int(current) if current and current.strip().isdigit() else None)
             r, w = _io_totals(_read(f"{cg}/io.stat"))
@@ -201,23 +204,25 @@ class HostReader:
             r, t = _net_totals(_read(f"{self._proc}/{pid}/net/dev"))
             rx, tx = _add(rx, r), _add(tx, t)
         for pid in loose:
-            c, m, r, w = self._process(pid)
-            cpu, mem, rd, wr = _add(cpu, c), _add(mem, m), _add(rd, r), _add(wr, w)
-        return HostCounters(cpu, mem, rd, wr, rx, tx)  # type: ignore[arg-type]
+            c, u, m, r, w = self._process(pid)
+            cpu, user, mem, rd, wr = _add(cpu, c), _add(user, u), _add(mem, m), _add(rd, r), _add(wr, w)
+        return HostCounters(cpu, mem, rd, wr, rx, tx, user)  # type: ignore[arg-type]
 
-    def _process(self, pid: int) -> tuple[float | None, int | None, int | None, int | None]:
-        """CPU seconds (own + waited-for children), resident bytes, read/written bytes of one process."""
-        cpu = mem = None
+    def _process(self, pid: int) -> tuple[float | None, float | None, int | None, int | None, int | None]:
+        """CPU seconds and user-mode CPU seconds (own + waited-for children), resident bytes,
+        read/written bytes of one process."""
+        cpu = user = mem = None
         stat = _read(f"{self._proc}/{pid}/stat")
         if stat is not None:
             fields = stat.rsplit(")", 1)[-1].split()  # the command name may hold spaces
-            if len(fields) > 14:
+            if len(fields) > 14:  # utime stime cutime cstime
                 cpu = sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
+                user = (int(fields[11]) + int(fields[13])) / _CLOCK_TICKS
         statm = _read(f"{self._proc}/{pid}/statm")
         if statm is not None and len(statm.split()) > 1:
             mem = int(statm.split()[1]) * _PAGE_BYTES
         io = _read(f"{self._proc}/{pid}/io")
-        return cpu, mem, _keyed_colon(io, "read_bytes"), _keyed_colon(io, "write_bytes")
+        return cpu, user, mem, _keyed_colon(io, "read_bytes"), _keyed_colon(io, "write_bytes")
 
     def usage_known(self, counters: HostCounters) -> bool:
         """False when none of the files existed (every PID gone or invisible)."""

@@ -6,7 +6,11 @@ agent's reaper records). A process neither knows stays on the device series and 
 with an empty workload, never on a pod's series.
 
 Host usage (cgroup and /proc files, the dearest part with many pods) is read every
-``host_period_seconds``; between readings the last one stands.
+``host_period_seconds``; between readings the last one stands. It is read for every
+workload the directory knows and no event said finished, GPU or not: besides the PIDs the
+GPU and the regions name, :class:`WorkloadPids` adds each workload's own processes (the
+local agent's process tree, the pod's cgroup), so a CPU-only workload has host series and a
+GPU workload's CPU-only helpers (data loaders) count too.
 
 Bounded cardinality: a workload is *live* while it has a GPU process or a live process in its
 region and no event said it finished. Its series stay, frozen at their last values, for
@@ -30,6 +34,7 @@ from ._host import HostReader, HostUsage
 from ._identity import PidResolver
 from ._region_scanner import RegionScanner
 from ._view import AttributedProcess, NodeView, PodGpuUsage, WorkloadSeries
+from ._workload_pids import WorkloadPids
 from ._workloads import WorkloadDirectory, WorkloadInfo
 
 
@@ -50,6 +55,7 @@ class NodeSampler:
         directory: WorkloadDirectory,
         resolver: PidResolver | None = None,
         host: HostReader | None = None,
+        workload_pids: WorkloadPids | None = None,
         grace_seconds: float = 60.0,
         host_period_seconds: float = 0.0,
         clock: Callable[[], float] = time.time,
@@ -60,6 +66,8 @@ class NodeSampler:
         self.directory = directory
         self.resolver = resolver
         self.host = host
+        self.workload_pids = workload_pids
+        self._own_pids: dict[str, set[int]] = {}  # uid → its own processes, as of the last host reading
         self.grace = grace_seconds
         self.host_period = host_period_seconds
         self._next_host = 0.0
@@ -104,6 +112,12 @@ class NodeSampler:
             due = now >= self._next_host
             if due:
                 self._next_host = now + self.host_period
+                if self.workload_pids is not None:
+                    self._own_pids = self.workload_pids.pids(w.uid for w in self.directory.unfinished())
+            for uid, own in self._own_pids.items():
+                pids[uid] |= own
+                if uid not in current and (info := self.directory.get(uid)) is not None:
+                    current[uid] = WorkloadSeries(info)  # no GPU process: host series only
             for uid, series in list(current.items()):
                 if due:
                     host = self._host_usage(series.workload, pids[uid], now) if pids[uid] else None

@@ -36,6 +36,7 @@ from ._settings import ExporterSettings
 from ._sources import gpu_sampler
 from ._stats import ExporterStats
 from ._view import NodeView
+from ._workload_pids import WorkloadPids
 from ._workloads import InvalidWorkloadEvent, WorkloadDirectory, WorkloadUpdate
 from .collectors import COLLECTORS
 
@@ -77,7 +78,8 @@ class ExporterService(Service):
             s.node_name, gpu=self._gpu,
             scanner=RegionScanner(s.workspaces, self.directory, self.stats.region_skipped),
             directory=self.directory, resolver=resolver,
-            host=HostReader(s.proc_root, s.cgroup_root), grace_seconds=s.grace_seconds,
+            host=HostReader(s.proc_root, s.cgroup_root),
+            workload_pids=WorkloadPids(s.workspaces, s.proc_root, s.cgroup_root), grace_seconds=s.grace_seconds,
             host_period_seconds=s.host_period_seconds, clock=self.clock,
         )
         collectors = [collector(lambda: self.view) for collector in COLLECTORS]

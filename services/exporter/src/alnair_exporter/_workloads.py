@@ -101,6 +101,11 @@ class WorkloadDirectory:
         with self._lock:
             return self._by_uid.get(uid)
 
+    def unfinished(self) -> list[WorkloadInfo]:
+        """Every workload no event said finished (the ones whose processes may still run)."""
+        with self._lock:
+            return [info for uid, info in self._by_uid.items() if uid not in self._finished]
+
     def finished_at(self, uid: str) -> float | None:
         with self._lock:
             return self._finished.get(uid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
+from .._host import CLOCK_TICKS
 from .._view import NodeView
 from ._base import POD_LABELS, ViewCollector, add, counter, gauge, label_set, pod_labels
 
@@ -30,6 +31,16 @@ class HostCollector(ViewCollector):
                 if value is not None:
                     add(c, labels, float(value))
             families.append(c)
+        # The seed exporter's name, kept so its dashboards work: user-mode CPU time in clock
+        # ticks (USER_HZ, what /proc/<pid>/stat counts; "hertz" in the seed's name). New
+        # dashboards should use alnair_pod_cpu_seconds_total.
+        ticks = counter("alnair_cpustat_time_user_hertz",
+                        f"User-mode CPU time of the pod's cgroups (outside pods: its processes), in clock "
+                        f"ticks of 1/{CLOCK_TICKS} s (seed name).", POD_LABELS)
+        for labels, counters in hosts:
+            if counters.cpu_user_seconds_total is not None:
+                add(ticks, labels, float(round(counters.cpu_user_seconds_total * CLOCK_TICKS)))
+        families.append(ticks)
         memory = gauge("alnair_pod_memory_bytes", "Memory charged to the pod's cgroups, bytes.", POD_LABELS)
         for labels, counters in hosts:
             if counters.memory_bytes is not None:
