@@ -24,7 +24,7 @@
 
 #define CI_REGION_FILE_NAME "cuda.region"
 #define CI_REGION_MAGIC 0x31554341524e4c41ULL /* "ALNRACU1" little-endian */
-#define CI_REGION_LAYOUT_VERSION 1u
+#define CI_REGION_LAYOUT_VERSION 2u /* 2: device.sm_util_source */
 #define CI_REGION_MAX_DEVICES 16
 #define CI_REGION_MAX_SLOTS 128
 #define CI_REGION_LOCK_BYTES 64
@@ -36,6 +36,13 @@
 #define CI_LIMITS_SOURCE_NONE 0u
 #define CI_LIMITS_SOURCE_ENV 1u
 #define CI_LIMITS_SOURCE_FILE 2u
+
+/* device.sm_util_source: what the compute controller was fed (sm_util_percent) */
+#define CI_UTIL_SOURCE_UNKNOWN 0u     /* no measurement yet (or no compute limit) */
+#define CI_UTIL_SOURCE_GPUTIME 1u     /* the interceptor's own event-timed GPU time */
+#define CI_UTIL_SOURCE_NVML 2u        /* fallback: NVML per-process utilisation */
+#define CI_UTIL_SOURCE_NVML_DEVICE 3u /* fallback: NVML whole-device utilisation */
+#define CI_UTIL_SOURCE_OPEN_LOOP 4u   /* fallback: no NVML, unthrottled pace scaled */
 
 /* slot.state */
 #define CI_SLOT_FREE 0u   /* never used */
@@ -75,7 +82,7 @@ struct ci_region_device {            /* 128 bytes, one per GPU per process */
     uint64_t token_rate_per_s;       /*  88: 0 = not throttled */
     uint64_t tokens_charged;         /*  96 */
     uint32_t sm_util_percent;        /* 104: workload SM utilisation, last sample */
-    uint32_t reserved0;              /* 108 */
+    uint32_t sm_util_source;         /* 108: CI_UTIL_SOURCE_* of that sample */
     uint64_t reserved[2];            /* 112 .. 128 */
 };
 

@@ -32,15 +32,33 @@ void ci_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ci_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ci_log_init(void);
 
-/* ---- clock --------------------------------------------------------------- */
+/* ---- ci_clock.c ---------------------------------------------------------- */
 
+/* The controller's and the bucket's time. A release build reads CLOCK_MONOTONIC and
+ * nanosleep and nothing else. The test library (CI_TEST_CLOCK, the testlib build only)
+ * reads the fake driver's clock, which a test can make virtual (tests/fake/fake_clock.c);
+ * without the fake driver it falls back to the real clock. */
+#ifdef CI_TEST_CLOCK
+uint64_t ci_clock_test_now_ns(void);
+static inline uint64_t ci_now_ns(void)
+{
+    return ci_clock_test_now_ns();
+}
+#else
 static inline uint64_t ci_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+#endif
 
+/* Wall-clock time on the controller's time line (NVML's sample timestamps): virtual
+ * under a virtual test clock, CLOCK_REALTIME otherwise. */
+uint64_t ci_clock_unix_ns(void);
+
+/* Wall-clock time for timestamps that readers compare with their own clock (the
+ * region's): always CLOCK_REALTIME. */
 static inline uint64_t ci_unix_ns(void)
 {
     struct timespec ts;
@@ -48,8 +66,13 @@ static inline uint64_t ci_unix_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Sleeps ns nanoseconds (restarting on EINTR until the deadline). */
+/* Sleeps ns nanoseconds of the controller's time (restarting on EINTR until the
+ * deadline). */
 void ci_sleep_ns(uint64_t ns);
+
+/* Before starting a thread of the library's own (+1), and when that failed (-1): tells a
+ * virtual test clock; nothing in a release build. */
+void ci_clock_thread_spawn(int delta);
 
 /* ---- ci_limits.c --------------------------------------------------------- */
 

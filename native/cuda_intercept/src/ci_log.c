@@ -55,12 +55,3 @@ void ci_debug(const char *fmt, ...)
     ci_log_emit(fmt, ap);
     va_end(ap);
 }
-
-/* Sleeps until ns nanoseconds have passed, resuming after signals. */
-void ci_sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                          .tv_nsec = (long)(ns % 1000000000ull)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}

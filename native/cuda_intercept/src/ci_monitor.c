@@ -12,10 +12,12 @@
  * A process whose launches wait for tokens while NVML's new samples name other
  * processes but not it is starved (0 %): the controller opens its bucket.
  *
- * Co-located (NVML named another busy process within the last second): on a
- * time-sliced GPU NVML gives every process the device's utilisation, not its
- * share, so the share comes from the interceptor's own GPU-time samples
- * (ci_gputime.c): tokens/s spent x sampled GPU ns per token.
+ * The controller is fed the interceptor's own GPU-time measurement (ci_gputime.c:
+ * tokens/s spent x sampled GPU ns per token) whenever it has enough samples, alone
+ * or co-located: on a time-sliced GPU NVML gives every process the device's
+ * utilisation, not its share, and alone its figure under-counts bursty work. NVML
+ * is the fallback (too few samples yet: mostly launches into an idle stream), and
+ * the region says which one fed it (sm_util_source).
  *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
@@ -39,7 +41,6 @@
 #define CI_MONITOR_OPEN_LOOP_NS 200000000ull
 #define CI_MONITOR_FALLBACK_WINDOW_NS 200000000ull
 #define CI_MONITOR_MAX_WINDOW_NS 500000000ull
-#define CI_MONITOR_COLOCATED_NS 1000000000ull
 #define CI_MONITOR_SHARE_WINDOW_NS 200000000ull
 #define CI_MONITOR_GPUTIME_WINDOW_NS 1000000000ull
 #define CI_MONITOR_GPUTIME_MIN_SAMPLES 8
@@ -56,7 +57,6 @@ struct ci_monitor_dev {
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
     uint64_t fallback_step_ns;
-    uint64_t others_seen_ns; /* last time NVML named another busy process */
     uint32_t util;
     struct ci_monitor_point hist[CI_MONITOR_HISTORY];
     unsigned hist_next;
@@ -66,6 +66,14 @@ static _Atomic int ci_monitor_started;
 static pthread_mutex_t ci_monitor_publish_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ci_monitor_dev ci_monitor_devs[CI_MAX_DEVICES];
 static _Atomic uint32_t ci_monitor_util[CI_MAX_DEVICES];
+static _Atomic uint32_t ci_monitor_util_source[CI_MAX_DEVICES];
+
+/* Publishes what the controller was fed on `dev` and where it came from. */
+static void ci_monitor_set_util(int dev, double util, uint32_t source)
+{
+    atomic_store_explicit(&ci_monitor_util[dev], (uint32_t)(util + 0.5), memory_order_relaxed);
+    atomic_store_explicit(&ci_monitor_util_source[dev], source, memory_order_relaxed);
+}
 
 /* Publishes into `slot` (publish lock held): the slot's identity and memory in use are
  * put back first, since anything of the workload can overwrite them. */
@@ -98,6 +106,8 @@ static void ci_monitor_publish_locked(int slot)
         CI_PUB(token_rate_per_s, (uint64_t)ci_tokens_rate(d));
         CI_PUB(tokens_charged, ci_tokens_charged(d));
         CI_PUB(sm_util_percent, atomic_load_explicit(&ci_monitor_util[d], memory_order_relaxed));
+        CI_PUB(sm_util_source,
+               atomic_load_explicit(&ci_monitor_util_source[d], memory_order_relaxed));
 #undef CI_PUB
     }
     __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELEASE);
@@ -202,7 +212,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     uint32_t target = ci_region_compute_percent();
     if (!m->started) {
         ci_controller_init(&m->ctl, target);
-        m->last_seen_us = ci_unix_ns() / 1000;
+        m->last_seen_us = ci_clock_unix_ns() / 1000;
         m->started = true;
     }
     m->ctl.target = target;
@@ -219,8 +229,11 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
             return;
         if (m->open_loop_start_ns == 0)
             m->open_loop_start_ns = now;
-        if (now - m->open_loop_start_ns >= CI_MONITOR_OPEN_LOOP_NS)
+        if (now - m->open_loop_start_ns >= CI_MONITOR_OPEN_LOOP_NS) {
+            atomic_store_explicit(&ci_monitor_util_source[dev], CI_UTIL_SOURCE_OPEN_LOOP,
+                                  memory_order_relaxed);
             ci_monitor_step(m, dev, 100.0, m->open_loop_start_ns, now);
+        }
         return;
     }
     uint64_t prev_us = m->last_seen_us;
@@ -229,14 +242,15 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util, &others);
     if (n == -1)
         return;
-    if (others > 0)
-        m->others_seen_ns = now;
-    if (target < 100 && m->others_seen_ns != 0 && now - m->others_seen_ns < CI_MONITOR_COLOCATED_NS) {
+    (void)others; /* co-located or not, the GPU-time measurement comes first */
+    if (target < 100) {
+        /* Alone or co-located: the GPU time the interceptor timed itself, whenever there
+         * are enough samples. NVML's utilisation under-counts bursty work (H200: a 30 %
+         * NVML figure was 36 % of the GPU's real time) and, co-located, is no share. */
         uint64_t t0 = now > CI_MONITOR_SHARE_WINDOW_NS ? now - CI_MONITOR_SHARE_WINDOW_NS : 0;
         double share = ci_monitor_gputime_share(m, t0, now);
         if (share >= 0.0) {
-            atomic_store_explicit(&ci_monitor_util[dev], (uint32_t)(share + 0.5),
-                                  memory_order_relaxed);
+            ci_monitor_set_util(dev, share, CI_UTIL_SOURCE_GPUTIME);
             ci_monitor_step(m, dev, share, t0, now);
             return;
         }
@@ -248,7 +262,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     /* NVML timestamps are wall-clock microseconds; the history is monotonic. The
      * window is capped so that a long quiet stretch before the first samples
      * does not dilute the consumption the samples are compared with. */
-    int64_t offset = (int64_t)ci_unix_ns() - (int64_t)now;
+    int64_t offset = (int64_t)ci_clock_unix_ns() - (int64_t)now;
     uint64_t t1 = (uint64_t)((int64_t)m->last_seen_us * 1000 - offset);
     uint64_t t0 = (uint64_t)((int64_t)prev_us * 1000 - offset);
     if (t1 > CI_MONITOR_MAX_WINDOW_NS && t0 < t1 - CI_MONITOR_MAX_WINDOW_NS)
@@ -274,7 +288,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     } else {
         m->no_match_ns = 0;
     }
-    atomic_store_explicit(&ci_monitor_util[dev], (uint32_t)(util + 0.5), memory_order_relaxed);
+    ci_monitor_set_util(dev, util, n == -2 ? CI_UTIL_SOURCE_NVML_DEVICE : CI_UTIL_SOURCE_NVML);
     if (target < 100)
         ci_monitor_step(m, dev, util, t0, t1);
 }
@@ -311,7 +325,10 @@ void ci_monitor_start(void)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_t thread;
+    ci_clock_thread_spawn(1);
     int rc = pthread_create(&thread, &attr, ci_monitor_main, NULL);
+    if (rc != 0)
+        ci_clock_thread_spawn(-1);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {

@@ -13,7 +13,9 @@
  * window that recurs at distance P becomes the anchor, and every time it comes
  * back the iteration count increases and the elapsed time is the period.
  *
- * Cost per launch: a multiply-add, one table probe, one clock read. Lock-free
+ * Cost per launch: a multiply-add, one table probe; the clock is read only when a
+ * time is recorded (an anchor set or passed: about once per iteration), since a clock
+ * read costs more than the rest together (bench/launch_bench.c). Lock-free
  * for callers: a thread that finds the state busy skips its update (the
  * signature is a statistic, never a reason to wait). Storage is static.
  */
@@ -29,7 +31,6 @@
 struct ci_sig_entry {
     uint64_t hash;
     uint64_t index;
-    uint64_t t_ns;
 };
 
 static struct {
@@ -58,14 +59,22 @@ static uint64_t ci_sig_mix(uint64_t x)
     return x | 1;
 }
 
+/* The clock, read at most once per launch and only when needed (*now 0: not yet). */
+static uint64_t ci_sig_now(uint64_t *now)
+{
+    if (*now == 0)
+        *now = ci_now_ns();
+    return *now;
+}
+
 /* Handles a recurrence of the current window after d launches. */
-static void ci_sig_observe(uint64_t d, uint64_t now)
+static void ci_sig_observe(uint64_t d, uint64_t *now)
 {
     if (d > ci_sig.block_max)
         ci_sig.block_max = d;
     if (ci_sig.period != 0 && d == ci_sig.period && ci_sig.anchor == 0) {
         ci_sig.anchor = ci_sig.hash;
-        ci_sig.anchor_t = now;
+        ci_sig.anchor_t = ci_sig_now(now);
         ci_sig.anchor_index = ci_sig.n;
     }
 }
@@ -107,21 +116,20 @@ void ci_signature_record(const void *fn)
     ci_sig.ring[pos] = x;
     ci_sig.n++;
     if (ci_sig.n >= CI_SIG_WINDOW) {
-        uint64_t now = ci_now_ns();
+        uint64_t now = 0;
         struct ci_sig_entry *e = &ci_sig.table[ci_sig.hash & (CI_SIG_TABLE - 1)];
         if (e->hash == ci_sig.hash)
-            ci_sig_observe(ci_sig.n - e->index, now);
+            ci_sig_observe(ci_sig.n - e->index, &now);
         e->hash = ci_sig.hash;
         e->index = ci_sig.n;
-        e->t_ns = now;
         if (ci_sig.anchor != 0 && ci_sig.hash == ci_sig.anchor &&
             ci_sig.n != ci_sig.anchor_index) {
             if (ci_sig.n - ci_sig.anchor_index == ci_sig.period) {
                 atomic_fetch_add_explicit(&ci_sig_pub_iterations, 1, memory_order_relaxed);
-                atomic_store_explicit(&ci_sig_pub_period_ns, now - ci_sig.anchor_t,
+                atomic_store_explicit(&ci_sig_pub_period_ns, ci_sig_now(&now) - ci_sig.anchor_t,
                                       memory_order_relaxed);
             }
-            ci_sig.anchor_t = now;
+            ci_sig.anchor_t = ci_sig_now(&now);
             ci_sig.anchor_index = ci_sig.n;
         }
         atomic_store_explicit(&ci_sig_pub_hash, ci_sig.hash, memory_order_relaxed);

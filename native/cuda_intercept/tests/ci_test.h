@@ -39,17 +39,16 @@ CI_CUDA_HOOKS(CT_X_DECL)
 
 #define CHECK_CU(call) CHECK((call) == CUDA_SUCCESS, "%s failed", #call)
 
+/* The fake driver's clock, which the test library's interceptor reads too: virtual
+ * when the test set FAKECUDA_VIRTUAL_TIME=1 before its first CUDA call. */
 static inline double ct_now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)fakecuda_clock_ns() / 1e9;
 }
 
 static inline void ct_sleep_ms(unsigned ms)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    fakecuda_clock_sleep_ns((uint64_t)ms * 1000000ull);
 }
 
 /* Maps the region of workspace `ws` read-write (tests also poke the lock). */

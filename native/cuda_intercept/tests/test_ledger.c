@@ -147,8 +147,8 @@ static void fd_closed(void)
 
 static void forked(void)
 {
-    int gate[2];
-    CHECK(pipe(gate) == 0, "pipe");
+    int gate[2], checked[2];
+    CHECK(pipe(gate) == 0 && pipe(checked) == 0, "pipe");
     pid_t parent = fork();
     CHECK(parent >= 0, "fork");
     if (parent == 0) {
@@ -163,6 +163,7 @@ static void forked(void)
             CHECK(cuMemAlloc_v2(&b, 2 * MiB) == CUDA_ERROR_OUT_OF_MEMORY, "child: 2 MiB over");
             CHECK_CU(cuMemAlloc_v2(&b, MiB));
             CHECK_CU(cuMemFree_v2(b));
+            close(checked[1]); /* the parent may end now (not before: its 3 MiB counts) */
             /* and then outlives its parent, holding nothing */
             close(gate[1]);
             char c;
@@ -170,8 +171,14 @@ static void forked(void)
             (void)ignored;
             _exit(0);
         }
+        close(checked[1]);
+        char c;
+        ssize_t ignored = read(checked[0], &c, 1); /* until the child has checked */
+        (void)ignored;
         _exit(0); /* ends holding 3 MiB: the driver frees it, the ledger must too */
     }
+    close(checked[0]);
+    close(checked[1]);
     int st = 0;
     CHECK(waitpid(parent, &st, 0) == parent && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "forked parent failed (%d)", st);

@@ -3,7 +3,7 @@
 Each case runs the library preloaded into a small C program against the fake libcuda /
 libnvidia-ml (CI has no GPU): lookup paths, exact memory limits per API and across
 processes, lock-holder death, 64 threads and fork, limits precedence, throttling
-convergence, launch signature. The same cases run under AddressSanitizer+UBSan and
+convergence (on virtual time), launch signature. The same cases run under AddressSanitizer+UBSan and
 ThreadSanitizer.
 """
 
@@ -14,26 +14,18 @@ import subprocess
 import pytest
 from interceptor_harness import NATIVE, VARIANTS, NativeBuild, c_cases
 
-# Throttle cases measure convergence against the wall clock. On a machine where other work
-# steals the CPU, a starved launcher thread shows up as a utilisation dip that belongs to the
-# machine, not to the controller. They get up to two more tries; a wrong controller fails
-# all three, and every failed try's output is kept in the assertion message.
-REAL_TIME_CASES = ("throttle_", "share_", "gputime_")
-TRIES = 3
+# The throttle, share and sampling cases run on the fake driver's virtual clock
+# (tests/fake/fake_clock.c), so the machine's load cannot change what they measure: one
+# try each. throttle_realtime_smoke is the one case on the real clock, with loose bounds.
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case", c_cases())
 def test_c_case(native_build: NativeBuild, variant: str, case: str) -> None:
-    tries = TRIES if case.startswith(REAL_TIME_CASES) else 1
-    failures = []
-    for attempt in range(tries):
-        result = native_build.run_case(variant, case, again=attempt > 0)
-        if result.returncode == 0 and f"PASS {case}" in result.stdout:
-            return
-        failures.append(f"{result.stdout}{result.stderr}")
-    pytest.fail(f"{case} [{variant}] failed {len(failures)} of {tries} tries:\n" + "\n".join(failures))
+    result = native_build.run_case(variant, case)
+    passed = result.returncode == 0 and f"PASS {case}" in result.stdout
+    assert passed, f"{case} [{variant}]:\n{result.stdout}{result.stderr}"
 
 
 @pytest.mark.timeout(300)
@@ -65,3 +57,16 @@ def test_cases_file_lists_every_test_program() -> None:
         if line.strip() and not line.startswith("#"):
             listed.add(line.split()[1])
     assert programs == listed
+
+
+@pytest.mark.timeout(300)
+def test_launch_microbenchmark_builds_and_runs(native_build: NativeBuild) -> None:
+    """bench/launch_bench.c (the numbers in docs/benchmarks.md) still builds and runs: a short
+    run, every limit mode and call in the table, no timing asserted (CI machines are noisy)."""
+    result = native_build.make("bench-launch", "BENCH_SCALE=0.01")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "ns" not in line]
+    seen = {(cells[0], cells[1]) for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+    for mode in ("none", "memory", "compute"):
+        for call in ("cuLaunchKernel", "cuMemAlloc+cuMemFree", "cuGetProcAddress_v2"):
+            assert (mode, call) in seen, result.stdout

@@ -16,6 +16,7 @@ from interceptor_harness import NativeBuild
 from alnair_common.cuda_region import (
     FILE_NAME,
     HEADER_BYTES,
+    LAYOUT_VERSION,
     REGION_BYTES,
     DeviceRecord,
     RegionBusyError,
@@ -31,7 +32,7 @@ MiB = 1 << 20
 def test_fixture_region_counters_match_what_the_workload_did(native_build: NativeBuild) -> None:
     region = read_region(native_build.workspace("release", "region_fixture") / FILE_NAME)
     h = region.header
-    assert (h.layout_version, h.limits_source, h.workload_id) == (1, "file", "fixture/ns/pod")
+    assert (h.layout_version, h.limits_source, h.workload_id) == (LAYOUT_VERSION, "file", "fixture/ns/pod")
     assert h.memory_limit_bytes == 1 << 30 and h.compute_percent == 100
     (slot,) = region.slots
     assert slot.state == "exited" and slot.pid > 0 and slot.seq % 2 == 0
@@ -85,8 +86,8 @@ def test_truncated_and_foreign_data_raise_clear_errors(native_build: NativeBuild
     with pytest.raises(RegionFormatError, match=f"needs {REGION_BYTES}"):
         decode_region(data[:-1])
     newer = bytearray(data)
-    struct.pack_into("<I", newer, 8, 2)
-    with pytest.raises(RegionFormatError, match="layout version 2 is unknown"):
+    struct.pack_into("<I", newer, 8, LAYOUT_VERSION + 1)
+    with pytest.raises(RegionFormatError, match=f"layout version {LAYOUT_VERSION + 1} is unknown"):
         decode_region(bytes(newer))
     with pytest.raises(RegionFormatError, match="not an interceptor region"):
         decode_region(bytes(REGION_BYTES))

@@ -47,7 +47,7 @@ __all__ = [
 
 FILE_NAME = "cuda.region"
 MAGIC = 0x31554341524E4C41  # b"ALNRACU1" little-endian
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: DeviceRecord.sm_util_source (was a reserved word)
 MAX_DEVICES = 16
 MAX_SLOTS = 128
 HEADER_BYTES = 512
@@ -62,7 +62,7 @@ LIMITS_SOURCES = {0: "none", 1: "env", 2: "file"}
 
 # header bytes 0..128; the mutex (128..192) and reserved words are not decoded
 HEADER_STRUCT = struct.Struct("<QIIIIIIQQQII64s")
-# one device record: 13 x 64-bit, sm_util_percent, reserved0, 16 reserved bytes
+# one device record: 13 x 64-bit, sm_util_percent, sm_util_source, 16 reserved bytes
 DEVICE_STRUCT = struct.Struct("<QQQQQQQQQQqQQII16x")
 # slot head: seq, state, pid, host_pid, start ticks, updated, signature, period, period ns, iters
 SLOT_HEAD_STRUCT = struct.Struct("<IIiiQQQQQQ")
@@ -113,7 +113,10 @@ class DeviceRecord:
     tokens_available: int = 0
     token_rate_per_s: int = 0  # 0 = not throttled
     tokens_charged: int = 0
-    sm_util_percent: int | None = None  # workload SM utilisation, last NVML sample
+    sm_util_percent: int | None = None  # workload SM utilisation, last sample fed to the controller
+    # where that sample came from: "gputime" (the interceptor's event-timed GPU time),
+    # or a fallback, "nvml" (per-process), "nvml-device" (whole device), "open-loop"
+    sm_util_source: str | None = None
 
     @property
     def idle(self) -> bool:
@@ -206,10 +209,18 @@ def _decode_header(data: bytes | memoryview) -> RegionHeader:
     )
 
 
+# device.sm_util_source (CI_UTIL_SOURCE_* in ci_region_layout.h); 0 = none yet
+UTIL_SOURCES = {1: "gputime", 2: "nvml", 3: "nvml-device", 4: "open-loop"}
+
+
 def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
     values = DEVICE_STRUCT.unpack_from(data, offset)
-    sm_util = values[13]
-    return DeviceRecord(*values[:13], sm_util_percent=None if sm_util == UNKNOWN_U32 else sm_util)
+    sm_util, source = values[13], values[14]
+    return DeviceRecord(
+        *values[:13],
+        sm_util_percent=None if sm_util == UNKNOWN_U32 else sm_util,
+        sm_util_source=UTIL_SOURCES.get(source, f"unknown({source})") if source else None,
+    )
 
 
 def _decode_slot(data: bytes | memoryview, index: int) -> ProcessSlot | None:

@@ -27,6 +27,14 @@ int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, i
 int fakecuda_gpu_shared(void);
 /* Kernel time this process has put on the timeline, in ns (the truth). */
 uint64_t fakecuda_own_busy_ns(void);
+/* The fake driver's clock (fake_clock.c): CLOCK_MONOTONIC, CLOCK_REALTIME and a sleep,
+ * virtual with FAKECUDA_VIRTUAL_TIME=1. The interceptor's test build reads these. */
+uint64_t fakecuda_clock_ns(void);
+uint64_t fakecuda_clock_unix_ns(void);
+void fakecuda_clock_sleep_ns(uint64_t ns);
+/* +1: a thread about to be created takes part in the virtual clock from now on (its
+ * first clock call claims the place); -1: it was not created after all. */
+void fakecuda_clock_thread_spawn(int delta);
 /* Sets the device cuCtxGetDevice reports for the calling thread. */
 void fakecuda_set_device(int dev);
 

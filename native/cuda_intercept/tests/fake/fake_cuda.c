@@ -13,7 +13,8 @@
  * FAKECUDA_SMS (132), FAKECUDA_WAVE_NS (20000: one wave of blocks),
  * FAKECUDA_GRAPH_NS (200000), FAKENVML_SAMPLE_MS (50), FAKENVML_UTIL (fixed
  * utilisation override), FAKECUDA_SHARED_GPU (a file: processes naming it
- * share one GPU), FAKECUDA_CAPTURING (streams report a capture). Control
+ * share one GPU), FAKECUDA_CAPTURING (streams report a capture), FAKECUDA_VIRTUAL_TIME
+ * (virtual time: fake_clock.c), FAKECUDA_BENCH (free launches, no counting).  Control
  * API: fakecuda_* (fake_control.h).
  */
 #include <pthread.h>
@@ -38,23 +39,17 @@ uint64_t env_u64(const char *name, uint64_t def)
 
 uint64_t mono_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return fakecuda_clock_ns();
 }
 
 uint64_t unix_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+    return fakecuda_clock_unix_ns() / 1000;
 }
 
 void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    fakecuda_clock_sleep_ns(ns);
 }
 
 /* ---- call counters -------------------------------------------------------- */
@@ -66,8 +61,20 @@ static struct {
 } counters[MAX_NAMES];
 static pthread_mutex_t counters_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* FAKECUDA_BENCH=1 (bench/launch_bench.c): launches cost nothing and calls are not
+ * counted, so that what a benchmark measures is the interceptor, not the fake. */
+int fake_bench(void)
+{
+    static int bench = -1;
+    if (__atomic_load_n(&bench, __ATOMIC_RELAXED) < 0)
+        __atomic_store_n(&bench, env_u64("FAKECUDA_BENCH", 0) != 0, __ATOMIC_RELAXED);
+    return __atomic_load_n(&bench, __ATOMIC_RELAXED);
+}
+
 void count_call(const char *name)
 {
+    if (fake_bench())
+        return;
     pthread_mutex_lock(&counters_lock);
     for (int i = 0; i < MAX_NAMES; i++) {
         if (counters[i].name[0] == '\0')

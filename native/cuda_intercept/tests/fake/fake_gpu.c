@@ -14,6 +14,9 @@
  * (measured; see bench/share_probe.py), i.e. no share.
  * fakecuda_own_busy_ns() is the truth a test compares shares with.
  *
+ * Time is fake_clock.c's (real, or virtual with FAKECUDA_VIRTUAL_TIME=1; a shared
+ * GPU's file holds the one clock of its processes).
+ *
  * The simulation advances lazily to "now" whenever a call looks at the GPU,
  * under the lock; an event completes when the GPU reaches its marker in the
  * queue, so an event pair around a kernel spans any other process's slice
@@ -34,7 +37,7 @@
 
 #define SAMPLE_RING 4096
 #define FUTURE_PERIODS 64
-#define GPU_MAGIC 0x46414b4547505532ull /* "FAKEGPU2" */
+#define GPU_MAGIC 0x46414b4547505533ull /* "FAKEGPU3" */
 #define QUEUE_MAX_NS 2000000ull         /* a process's launches block beyond this backlog */
 #define MAX_PROCS 8
 #define QUEUE_LEN 512
@@ -57,6 +60,7 @@ struct proc {
 struct gpu_state {
     uint64_t magic;
     pthread_mutex_t lock;
+    struct vclock clock;
     uint64_t sim_t;     /* the GPU has run everything before this time */
     int cur;            /* process holding the GPU, -1 none */
     uint64_t slice_end; /* end of its slice */
@@ -81,8 +85,10 @@ static void gpu_open(void)
 {
     gpu = &private_gpu;
     const char *path = getenv("FAKECUDA_SHARED_GPU");
-    if (path == NULL || *path == '\0')
+    if (path == NULL || *path == '\0') {
+        vclock_init(&private_gpu.clock, 0);
         return;
+    }
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || flock(fd, LOCK_EX) != 0 || ftruncate(fd, sizeof(struct gpu_state)) != 0) {
         perror("fake_gpu: FAKECUDA_SHARED_GPU");
@@ -102,6 +108,7 @@ static void gpu_open(void)
         pthread_mutex_init(&g->lock, &a);
         pthread_mutexattr_destroy(&a);
         g->cur = -1;
+        vclock_init(&g->clock, 1);
         g->magic = GPU_MAGIC;
     }
     flock(fd, LOCK_UN);
@@ -273,6 +280,8 @@ void gpu_submit(uint64_t dur)
 
 void gpu_launch(uint64_t blocks)
 {
+    if (fake_bench())
+        return;
     uint64_t sms = env_u64("FAKECUDA_SMS", 132);
     uint64_t waves = (blocks + sms - 1) / (sms ? sms : 1);
     gpu_submit((waves ? waves : 1) * env_u64("FAKECUDA_WAVE_NS", 20000));
@@ -289,6 +298,11 @@ FAKE_EXPORT int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sa
             out[n++] = g->samples[i % SAMPLE_RING];
     pthread_mutex_unlock(&g->lock);
     return n;
+}
+
+struct vclock *gpu_vclock(void)
+{
+    return &gpu_get()->clock;
 }
 
 FAKE_EXPORT int fakecuda_gpu_shared(void)
