@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from google.protobuf.json_format import MessageToDict
+from rich.markup import escape
 
 from alnair.v1 import platform_pb2
 from alnair_common import AlnairError, ConfigError, subjects
@@ -18,6 +19,7 @@ from alnair_common.config import default_data_dir
 
 from ._dataset import DatasetCommandError, dataset_app, with_dataset
 from ._events import tail
+from ._interceptor import choose_interceptor
 from ._job_commands import job_app
 from ._logs import show_logs
 from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
@@ -44,8 +46,13 @@ def up(
              "machine's GPUs through NVML).")] = None,
     interceptor: Annotated[Path | None, typer.Option(
         envvar="ALNAIR_INTERCEPTOR_LIB",
-        help="libalnair_cuda.so to preload into workloads (make -C native/cuda_intercept).")
+        help="libalnair_cuda.so to preload into workloads (default where NVML finds GPUs: the one "
+             "make -C native/cuda_intercept lib built).")
     ] = None,
+    no_interceptor: Annotated[bool, typer.Option(
+        "--no-interceptor",
+        help="Run real GPUs WITHOUT the interceptor: GPU memory and compute limits are not enforced.")
+    ] = False,
 ) -> None:
     """Start the local platform: embedded NATS with JetStream and the services."""
     running = PlatformInfo.read(data_dir)
@@ -53,9 +60,14 @@ def up(
         raise fail(f"Alnair already runs from {data_dir} (pid {running.pid}, "
                    f"{running.nats_url}); stop it first or use another --data-dir")
     try:
-        extra_env = agent_env(gpus, interceptor)
+        choice = choose_interceptor(gpus, interceptor, no_interceptor)
+        extra_env = agent_env(gpus, interceptor, choice=choice)
     except ConfigError as e:
         raise fail(str(e), code=2) from e
+    if choice.loud:
+        err.print(f"[bold red]WARNING: {escape(choice.notice)}[/]")
+    else:
+        out.print(f"[dim]{escape(choice.notice)}[/]")
     try:
         asyncio.run(Platform(data_dir, port, out, extra_env).run())
     except AlnairError as e:

@@ -20,6 +20,7 @@ from alnair_common.natsd import NatsServer
 from alnair_gpu import InventoryFormatError, SimulatedInventory
 from alnair_lifecycle import LifecyclePublisher
 
+from ._interceptor import InterceptorChoice, choose_interceptor
 from ._platform import PlatformInfo, bus_credentials
 from ._supervisor import Child, Supervisor
 
@@ -29,8 +30,10 @@ LOCAL_SERVICES = ("local-agent", "scheduler", "exporter", "profiler", "elastic-j
 _COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan")
 
 
-def agent_env(gpus: str | None, interceptor: Path | None) -> dict[str, str]:
-    """Environment for the services from `alnair up`'s GPU options, checked before start."""
+def agent_env(gpus: str | None, interceptor: Path | None, *, no_interceptor: bool = False,
+              choice: InterceptorChoice | None = None) -> dict[str, str]:
+    """Environment for the services from `alnair up`'s GPU options, checked before start.
+    The interceptor is on by default where NVML finds real GPUs (:mod:`._interceptor`)."""
     env: dict[str, str] = {}
     if gpus is not None:
         if not gpus.startswith("sim:"):
@@ -41,11 +44,9 @@ def agent_env(gpus: str | None, interceptor: Path | None) -> dict[str, str]:
         except InventoryFormatError as e:
             raise ConfigError(f"--gpus: {e}") from e
         env["ALNAIR_GPUS"] = gpus
-    if interceptor is not None:
-        if not interceptor.is_file():
-            raise ConfigError(f"--interceptor {interceptor}: no such file; build it with "
-                              "`make -C native/cuda_intercept`")
-        env["ALNAIR_INTERCEPTOR_LIB"] = str(interceptor.resolve())
+    choice = choice or choose_interceptor(gpus, interceptor, no_interceptor)
+    if choice.library is not None:
+        env["ALNAIR_INTERCEPTOR_LIB"] = str(choice.library)
     return env
 
 
