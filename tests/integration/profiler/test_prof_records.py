@@ -162,6 +162,28 @@ async def test_owner_record_holds_the_maxima_over_three_pods(
     assert mongo.db[COLLECTION].count_documents({"owners.uid": "owner-1"}) == 3
 
 
+async def test_an_owner_kube_bridge_does_not_annotate_keeps_its_record_but_gets_no_command(
+    nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
+) -> None:
+    annotations: list[commands_pb2.AnnotateCommand] = []
+
+    async def on_annotate(_: str, m: commands_pb2.AnnotateCommand) -> None:
+        annotations.append(m)
+
+    await bus.subscribe(subjects.cmd_annotate(), commands_pb2.AnnotateCommand, on_annotate)
+    owner = ("DaemonSet", "agent", "owner-ds")  # not an owner kind kube-bridge patches
+    async with running(_profile_settings(nats_server, mongo, tmp_path)):
+        await bus.publish(subjects.workload_events(), event("d1", "agent-x", P.WORKLOAD_PHASE_RUNNING, 1, owner=owner))
+        await events_settled(bus)
+        await bus.publish(subjects.workload_events(),
+                          event("d1", "agent-x", P.WORKLOAD_PHASE_SUCCEEDED, 2, owner=owner, end=1.0))
+        await wait_for(lambda: _true(mongo.db[f"{COLLECTION}_owners"].find_one({"_id": "owner-ds"})),
+                       what="owner record")
+        await wait_for(lambda: _true([a for a in annotations if a.object.kind == "Pod"]), what="pod annotation")
+        await bus.nc.flush()
+    assert [a.object.kind for a in annotations] == ["Pod"]
+
+
 async def test_restart_in_the_middle_of_a_workload_keeps_both_halves(
     nats_server: NatsServer, bus: Bus, mongo: MongoDatabase, tmp_path: Path,
 ) -> None:

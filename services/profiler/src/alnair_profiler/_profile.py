@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from alnair.v1 import commands_pb2, common_pb2, profile_pb2, workload_pb2
+from alnair_common.annotations import OWNER_KINDS
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
 
 from ._detection import TrainingDetection
@@ -28,6 +29,7 @@ SERIES = ("cpu_cores", "memory_bytes", "disk_io_bytes_per_second", "network_byte
 # message has only the sum (memcpy_bytes_per_second) until profile.proto gains them.
 _PROTO_SERIES = frozenset(profile_pb2.WorkloadProfile.DESCRIPTOR.fields_by_name)
 SCHEMA_VERSION = 1
+ALNAIR_GROUP = "alnair.centaurus.io"
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,14 @@ class OwnerProfile:
         return {**maxima_annotations(self.maxima),
                 f"{ANNOTATION_PREFIX}profiled-workloads": str(len(self.workloads)),
                 f"{ANNOTATION_PREFIX}job-type": "training" if self.training else "other"}
+
+    @property
+    def annotatable(self) -> bool:
+        """Whether kube-bridge writes annotations on this owner's kind (a DaemonSet or an
+        operator's custom resource keeps its record in the store only: asking would only
+        earn a refusal and an error event per finished pod)."""
+        o = self.owner
+        return (o.api_version, o.kind) in OWNER_KINDS or o.api_version.startswith(ALNAIR_GROUP + "/")
 
     def object_ref(self) -> commands_pb2.ObjectRef:
         return commands_pb2.ObjectRef(api_version=self.owner.api_version, kind=self.owner.kind,

@@ -195,6 +195,10 @@ class ProfilerService(Service):
     async def _owner_done(self, owner: OwnerProfile) -> None:
         if not owner.owner.uid or not owner.namespace:
             return
+        if not owner.annotatable:
+            log.debug("owner kind not annotated; its record is in the store", kind=owner.owner.kind,
+                      api_version=owner.owner.api_version, name=owner.owner.name)
+            return
         await self._annotate(f"profile-owner-{owner.owner.uid}-{len(owner.workloads)}",
                              owner.object_ref(), owner.annotations())
 
