@@ -20,7 +20,9 @@ from alnair_profiler import SERIES, ProfilerSettings, ProfileStore, open_store
 
 UNITS = {"cpu_cores": ("cores", 1.0), "memory_bytes": ("GiB", 2**30), "disk_io_bytes_per_second": ("MB/s", 1e6),
          "network_bytes_per_second": ("MB/s", 1e6), "gpu_utilization_ratio": ("%", 0.01),
-         "gpu_memory_bytes": ("GiB", 2**30), "memcpy_bytes_per_second": ("GB/s", 1e9)}
+         "gpu_memory_bytes": ("GiB", 2**30), "memcpy_bytes_per_second": ("GB/s", 1e9),
+         "memcpy_htod_bytes_per_second": ("GB/s", 1e9), "memcpy_dtoh_bytes_per_second": ("GB/s", 1e9),
+         "memcpy_dtod_bytes_per_second": ("GB/s", 1e9)}
 
 
 class ProfileNotFoundError(PermanentError, LookupError):
