@@ -164,3 +164,26 @@ async def test_a_workload_placed_on_another_node_is_not_attributed_here(nats_ser
         await wait_for(skipped, what="the other node's workload skipped")
         pods = series(await scrape(exporter), "alnair_cuda_kernel_launches_total")
         assert [k.split('pod_name="')[1].split('"')[0] for k in pods] == ["here"]
+
+
+async def test_an_empty_region_waits_for_the_interceptor_and_is_not_malformed(
+        nats_server, bus, tmp_path) -> None:
+    """The device plugin creates the region empty at Allocate; until the pod's first CUDA call
+    lays it out, it is neither counted nor logged as malformed, and once laid out it is read."""
+    cfg = settings(nats_server.url, tmp_path)
+    await publish_workload(bus, "uid-new", "new")
+    (cfg.workspaces / "uid-new").mkdir()
+    region = cfg.workspaces / "uid-new" / "cuda.region"
+    region.write_bytes(b"")
+    async with running_exporter(cfg, gpu=None, resolver=None) as exporter:
+        before = series(await scrape(exporter), "alnair_exporter_samples_total")[""]
+        await wait_for(lambda: _grew(exporter, before + 1), what="two sampling periods over it")
+        skipped = series(await scrape(exporter), "alnair_exporter_regions_skipped_total")
+        assert skipped == {}, skipped
+        RegionWriter(region, workload_id="uid-new").write_slot(
+            0, pid=1, devices={0: DeviceRecord(kernel_launches=5)})
+
+        async def read() -> list[float]:
+            return list(series(await scrape(exporter), "alnair_cuda_kernel_launches_total").values())
+
+        assert await wait_for(read, what="the laid-out region exported") == [5]

@@ -93,6 +93,11 @@ class RegionScanner:
     def _read(self, path: Path) -> RegionReading | None:
         key = _file_key(path)  # before reading: a write during the read wakes it next period
         version = self.directory.version
+        if key is not None and key[1] == 0:
+            # Created empty by the device plugin at Allocate; the interceptor lays it out at
+            # the pod's first CUDA call. Not malformed: wait for it to change.
+            self._dormant[path] = _Dormant(key, None)
+            return None
         self.reads += 1
         try:
             region = read_region(path)
