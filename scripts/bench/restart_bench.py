@@ -33,8 +33,8 @@ from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, ensure_streams
 from alnair_common.natsd import NatsServer, free_port
-from alnair_lifecycle import LifecyclePublisher
-from alnair_local_agent._retention import Retention, forget_expired
+from alnair_lifecycle import LifecyclePublisher, Retention
+from alnair_local_agent._retention import forget_expired
 
 P = wl.WorkloadPhase
 PHASES = (P.WORKLOAD_PHASE_PENDING, P.WORKLOAD_PHASE_BOUND, P.WORKLOAD_PHASE_RUNNING,
@@ -65,7 +65,7 @@ async def fill(bus: Bus, count: int, keep: int | None) -> None:
     if keep is not None:
         with tempfile.TemporaryDirectory() as workloads:
             await forget_expired(lifecycle, Path(workloads), "bench-node",
-                                 Retention(retention_seconds=7 * 86400, keep_finished=keep))
+                                 Retention(retention_seconds=7 * 86400, keep=keep))
 
 
 def ready(port: int) -> bool:

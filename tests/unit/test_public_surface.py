@@ -41,7 +41,8 @@ PUBLIC: dict[str, list[str]] = {
         "UnsupportedCgroupError", "api", "identify_cgroup", "identify_pid", "unified_path"
     ],
     "alnair_lifecycle": [
-        "LifecyclePublisher", "PHASE_NAMES", "TERMINAL", "is_after", "phase_name", "rank"
+        "LifecyclePublisher", "PHASE_NAMES", "Retention", "TERMINAL", "expired", "forget_expired",
+        "is_after", "observed_at", "phase_name", "rank"
     ],
     "alnair_dataset": [
         "AccessDeniedError", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples", "CapacityError",

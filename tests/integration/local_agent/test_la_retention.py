@@ -9,8 +9,8 @@ from pathlib import Path
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, ensure_streams
-from alnair_lifecycle import LifecyclePublisher
-from alnair_local_agent._retention import Retention, forget_expired
+from alnair_lifecycle import LifecyclePublisher, Retention
+from alnair_local_agent._retention import forget_expired
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 P = wl.WorkloadPhase
@@ -46,7 +46,7 @@ async def test_finished_workloads_past_retention_are_forgotten(bus: Bus, tmp_pat
         await lifecycle.publish(w)
         (workloads / uid).mkdir(parents=True)
         (workloads / uid / "output.log").write_text("x" * 1000)
-    policy = Retention(retention_seconds=24 * 3600, keep_finished=2)
+    policy = Retention(retention_seconds=24 * 3600, keep=2)
     forgotten = await forget_expired(lifecycle, workloads, "n1", policy, now=lambda: NOW)
     # too old: old-done, old-failed; beyond the newest 2 finished: recent-3
     assert forgotten == 3

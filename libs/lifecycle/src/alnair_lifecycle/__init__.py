@@ -8,5 +8,7 @@ drift apart.
 
 from ._phases import PHASE_NAMES, TERMINAL, is_after, phase_name, rank
 from ._publisher import LifecyclePublisher
+from ._retention import Retention, expired, forget_expired, observed_at
 
-__all__ = ["PHASE_NAMES", "TERMINAL", "LifecyclePublisher", "is_after", "phase_name", "rank"]
+__all__ = ["PHASE_NAMES", "TERMINAL", "LifecyclePublisher", "Retention", "expired", "forget_expired",
+           "is_after", "observed_at", "phase_name", "rank"]

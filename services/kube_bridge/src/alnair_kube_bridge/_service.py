@@ -29,7 +29,7 @@ from ._nodes import NodeEvents
 from ._podgroups import PodGroupEvents
 from ._settings import KubeBridgeSettings
 from ._watch import Changed, ResourceWatch, Synced
-from ._workloads import PodLifecycle
+from ._workloads import PodLifecycle, forget_deleted_pods
 
 Item = Synced | Changed
 
@@ -63,6 +63,8 @@ class KubeBridgeService(Service):
         ns = s.watch_namespace
         lifecycle = await LifecyclePublisher.open(self.bus, "kube-bridge")
         pods = PodLifecycle(lifecycle, scheduler_name=s.scheduler_name, namespace=ns)
+        self.spawn(forget_deleted_pods(lifecycle, s.deleted_retention_seconds,
+                                       s.retention_check_seconds), "retention")
         groups = await PodGroupEvents.open(self.bus, ns)
         group, version = "alnair.centaurus.io", "v1alpha1"
         if ns:

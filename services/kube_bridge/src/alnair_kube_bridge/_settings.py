@@ -20,6 +20,10 @@ class KubeBridgeSettings(ServiceSettings):
         description="Server-side timeout of one watch request; the watch then resumes from its "
                     "resourceVersion (bounds how long a stop waits for a quiet watch)")
     api_timeout_seconds: float = Field(10.0, gt=0, le=300, description="Timeout of API calls")
+    deleted_retention_seconds: float = Field(
+        3600.0, ge=600, description="A deleted pod's lifecycle record is forgotten this long "
+        "after its deletion (not at once: a resumed watch may replay its older events)")
+    retention_check_seconds: float = Field(300.0, gt=0, le=86400)
     bind_concurrency: int = Field(
         32, ge=1, le=64,
         description="Bind decisions carried out at once (each one Binding call, whose latency "

@@ -16,10 +16,13 @@ compare-and-set, which has the last word.
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import get_logger
-from alnair_lifecycle import LifecyclePublisher, rank
+from alnair_common import TemporaryError, get_logger
+from alnair_lifecycle import LifecyclePublisher, Retention, forget_expired, observed_at, rank
 
 from ._pods import is_alnair_pod, pod_phase, pod_workload
 from ._watch import Changed, Synced
@@ -112,3 +115,28 @@ def _went_through(workload: wl.Workload, step: int) -> bool:
     if step == wl.WORKLOAD_PHASE_BOUND:
         return bool(workload.node)
     return workload.HasField("started_at")
+
+
+def _deleted_pod(event: wl.WorkloadEvent) -> bool:
+    return (event.workload.ref.mode == common_pb2.MODE_KUBERNETES
+            and event.workload.phase == wl.WORKLOAD_PHASE_DELETED)
+
+
+async def forget_deleted(lifecycle: LifecyclePublisher, retention_seconds: float,
+                         now: datetime) -> int:
+    """One round: forget the records of pods deleted more than ``retention_seconds`` ago,
+    counted from the deletion (the DELETED event), not from when the pod finished."""
+    return await forget_expired(lifecycle, _deleted_pod, Retention(retention_seconds, keep=1 << 62),
+                                now, since=observed_at)
+
+
+async def forget_deleted_pods(lifecycle: LifecyclePublisher, retention_seconds: float,
+                              every_seconds: float) -> None:
+    """:func:`forget_deleted` every ``every_seconds`` (every bridge may: a purge is
+    idempotent); a round that fails is tried again on the next."""
+    while True:
+        try:
+            await forget_deleted(lifecycle, retention_seconds, datetime.now(UTC))
+        except TemporaryError as e:
+            log.info("retention round skipped", error=str(e))
+        await asyncio.sleep(every_seconds)

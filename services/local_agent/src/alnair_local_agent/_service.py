@@ -9,12 +9,12 @@ from typing import ClassVar
 from alnair.v1 import commands_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, TemporaryError, subjects
-from alnair_lifecycle import LifecyclePublisher
+from alnair_lifecycle import LifecyclePublisher, Retention
 
 from ._agent import Agent
 from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
-from ._retention import Retention, forget_expired
+from ._retention import forget_expired
 from ._settings import LocalAgentSettings
 
 
