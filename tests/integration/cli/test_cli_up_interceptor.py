@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,14 +49,24 @@ def fake_gpu_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build
 
 
+def probe_in_a_child(library: str) -> int:
+    """nvml_gpu_count in its own process: loading the fake driver into the test process would
+    leave its libcuda.so.1 there for every later test that asks for the real one."""
+    done = subprocess.run([sys.executable, "-c", "import sys; from alnair_cli._interceptor import "
+                           "nvml_gpu_count; print(nvml_gpu_count(sys.argv[1]))", library],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return int(done.stdout.strip())
+
+
 def test_the_choice_follows_the_gpus_nvml_finds(fake_gpu_build: Path, tmp_path: Path) -> None:
     fake_nvml = str(fake_gpu_build / "fake" / "libnvidia-ml.so.1")
-    assert nvml_gpu_count(fake_nvml) >= 1
+    gpus = probe_in_a_child(fake_nvml)
+    assert gpus >= 1
     assert nvml_gpu_count(str(tmp_path / "no-such-libnvidia-ml.so.1")) == 0
     lib = fake_gpu_build / "libalnair_cuda.so"
 
     def found() -> int:
-        return nvml_gpu_count(fake_nvml)
+        return gpus
 
     on = choose_interceptor(None, None, False, gpu_count=found, candidates=[tmp_path / "absent.so", lib])
     assert on.library == lib.resolve() and not on.loud and "limits enforced" in on.notice

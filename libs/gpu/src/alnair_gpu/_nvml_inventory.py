@@ -172,7 +172,10 @@ def _cuda_sm_counts() -> dict[str, int]:
     """SM count per GPU UUID from the CUDA driver API; empty when libcuda is not loadable."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        for name in ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute",
+                     "cuDeviceGetUuid"):
+            getattr(cuda, name)
+    except (OSError, AttributeError):  # no driver, or one without these (older than CUDA 9.2)
         return {}
     if cuda.cuInit(0) != 0:
         return {}
