@@ -78,7 +78,7 @@ def start_redis(testbin: Testbin, workdir: Path, *,
     ], workdir / "redis.log")
     server = RedisServer(LOOPBACK, port, process)
     try:
-        poll_until(lambda: _answers_ping(server), what=f"redis PING on port {port}",
+        poll_until(lambda: answers_ping(server.host, server.port), what=f"redis PING on port {port}",
                    timeout=timeout, process=process)
     except BaseException:
         process.stop()
@@ -101,8 +101,9 @@ class DatabaseAllocator:
                              f"t{secrets.token_hex(3)}:", client)
 
 
-def _answers_ping(server: RedisServer) -> bool:
-    probe = redis_py.Redis(host=server.host, port=server.port, socket_connect_timeout=0.5,
+def answers_ping(host: str, port: int) -> bool:
+    """Whether a redis-server (single or a cluster node) answers PING on ``host:port``."""
+    probe = redis_py.Redis(host=host, port=port, socket_connect_timeout=0.5,
                            socket_timeout=0.5)
     try:
         return bool(probe.ping())

@@ -28,6 +28,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from ._deadline import poll_until
 from ._loopback import LOOPBACK, free_port
 from ._server_process import ServerProcess
+from .redis import answers_ping
 from .testbin import Testbin
 
 START_TIMEOUT_SECONDS = 20.0
@@ -76,7 +77,7 @@ def start_redis_node(testbin: Testbin, workdir: Path, *, maxmemory: str = TIER_M
     process = ServerProcess(f"redis-server:{port}", argv, workdir / "redis.log")
     node = RedisNode(LOOPBACK, port, process)
     try:
-        poll_until(lambda: _answers_ping(node), what=f"redis PING on port {port}",
+        poll_until(lambda: answers_ping(node.host, node.port), what=f"redis PING on port {port}",
                    timeout=timeout, process=process)
     except BaseException:
         process.stop()
@@ -158,12 +159,3 @@ def _cluster_ok(node: RedisNode, masters: int) -> bool:
     return fields.get("cluster_state") == "ok" and fields.get("cluster_known_nodes") == str(masters)
 
 
-def _answers_ping(node: RedisNode) -> bool:
-    probe = redis_py.Redis(host=node.host, port=node.port, socket_connect_timeout=0.5,
-                           socket_timeout=0.5)
-    try:
-        return bool(probe.ping())
-    except redis_py.ConnectionError:
-        return False
-    finally:
-        probe.close()
