@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from alnair.v1 import common_pb2, platform_pb2, workload_pb2
-from alnair_common import AlnairError, Bus, BusUnavailableError, ConfigError, TypedKV, ensure_streams, subjects
+from alnair_common import AlnairError, Bus, BusUnavailableError, ConfigError, ensure_streams, subjects
 from alnair_common.credentials import BusCredentials
 from alnair_common.natsd import NatsServer
 from alnair_gpu import InventoryFormatError, SimulatedInventory
@@ -139,8 +139,7 @@ class Platform:
         the next `alnair up` adopts them): say which, and how to stop them."""
         assert self.bus is not None
         try:
-            states = await LifecyclePublisher(self.bus, await TypedKV.open(
-                self.bus, "workload_states", workload_pb2.WorkloadEvent), "platform").states()
+            states = await (await LifecyclePublisher.open(self.bus, "platform")).states()
         except AlnairError:
             return
         running = sorted(e.workload.ref.name for e in states

@@ -68,8 +68,9 @@ class Bus:
         # The identity the server knows this connection by (None: a server without auth).
         self.role = role
         self._may_publish: dict[str, bool] = {}
-        self._publish_allow = permissions(role)["publish"]["allow"] if role else []
-        self._subscribe_allow = permissions(role)["subscribe"]["allow"] if role else []
+        allowed = permissions(role) if role else {"publish": {"allow": []}, "subscribe": {"allow": []}}
+        self._publish_allow = allowed["publish"]["allow"]
+        self._subscribe_allow = allowed["subscribe"]["allow"]
         self._micro: list[nats.micro.service.Service] = []
 
     @classmethod
