@@ -1,19 +1,16 @@
 """A PyTorch DataLoader (CPU, worker processes) reading through the cache: every sample
 equals the source, whether the data set is cached, half-cached or not cached.
 
-torch is not a CI dependency (the PyPI wheel with its CUDA libraries installs 5.2 GB; see
-the report in docs/benchmarks.md); this test runs wherever torch is importable, e.g.
-``PYTHONPATH=<a venv with torch>/lib/python3.11/site-packages .venv/bin/pytest ...``.
+Real PyTorch: `scripts/test` installs it (the workspace's ``torch`` dependency group).
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 from cache_support import hydrate_directly, write_dataset
 
 from alnair_dataset import CachedSamples, RedisTier, connect, loader_options
-
-torch = pytest.importorskip("torch")
 
 
 def as_tensor(data: bytes):
