@@ -41,8 +41,9 @@ PUBLIC: dict[str, list[str]] = {
         "UnsupportedCgroupError", "api", "identify_cgroup", "identify_pid", "unified_path"
     ],
     "alnair_lifecycle": [
-        "LifecyclePublisher", "PHASE_NAMES", "Retention", "TERMINAL", "expired", "forget_expired",
-        "is_after", "observed_at", "phase_name", "rank"
+        "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PlanChanges",
+        "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "expired", "forget_expired", "is_after",
+        "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"
     ],
     "alnair_dataset": [
         "AccessDeniedError", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples", "CapacityError",
@@ -98,8 +99,8 @@ PUBLIC: dict[str, list[str]] = {
         "is_alnair_pod", "pod_workload"
     ],
     "alnair_local_agent": [
-        "LocalAgentService", "LocalAgentSettings", "Submission", "Workspace", "cuda_share",
-        "workload_env"
+        "JobFiles", "LocalAgentService", "LocalAgentSettings", "Submission", "Workspace",
+        "cuda_share", "workload_env"
     ],
 }
 

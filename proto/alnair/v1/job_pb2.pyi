@@ -368,12 +368,17 @@ class RendezvousRound(_message.Message):
     MEMBERS_FIELD_NUMBER: _builtins.int
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     namespace: _builtins.str
     round: _builtins.int
     """Grows with each closed round of this job."""
     source: _builtins.str
     """Adapter that observed it: "kube-bridge" or "local-agent@<host>"."""
+    rendezvous_id: _builtins.str
+    """The WorkerPlan's rendezvous_id the round belongs to: rounds are numbered per rendezvous,
+    and each new gang meets in a new one. Empty: the job's current one (older adapters).
+    """
     @_builtins.property
     def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Workload uids of the round's members: its world."""
@@ -389,10 +394,11 @@ class RendezvousRound(_message.Message):
         members: _abc.Iterable[_builtins.str] | None = ...,
         observed_at: _timestamp_pb2.Timestamp | None = ...,
         source: _builtins.str = ...,
+        rendezvous_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "name", b"name", "namespace", b"namespace", "observed_at", b"observed_at", "round", b"round", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["members", b"members", "name", b"name", "namespace", b"namespace", "observed_at", b"observed_at", "rendezvous_id", b"rendezvous_id", "round", b"round", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -509,12 +515,13 @@ class WorkerPlan(_message.Message):
     workers until `target` live ones that are not in `stop` exist. A plan older than the last
     one applied (`generation`) is dropped.
 
-    Each worker runs the spec's command under torchrun with one process per worker:
-    `--nnodes=<min_replicas>:<max_replicas> --rdzv-backend=c10d --rdzv-id=<rendezvous_id>
-    --rdzv-endpoint=<the job's rendezvous host> --max-restarts=0` (the controller restarts,
-    not torchrun), asks for the spec's GPU request, and carries the two labels. The adapter
-    hosts the job's c10d rendezvous outside the workers and publishes each closed round on
-    `alnair.job.<name>.rendezvous`.
+    Each worker runs the spec's command under torchrun with one process per worker, as
+    `alnair_lifecycle.torchrun_command` builds it: `--nnodes=<min_replicas>:<max_replicas>
+    --rdzv-backend=c10d --rdzv-id=<rendezvous_id> --rdzv-endpoint=<the job's rendezvous host>`
+    (an elastic job's survivors re-rendezvous in place, within the restart policy; a fixed-size
+    job's torchrun never restarts), asks for the spec's GPU request, and carries the job's
+    labels. The adapter hosts the job's c10d rendezvous outside the workers and publishes
+    each closed round on `alnair.job.<name>.rendezvous`.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

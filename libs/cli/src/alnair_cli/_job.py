@@ -9,6 +9,7 @@ A spec is validated here before anything is sent, with the controller's own rule
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,9 @@ from rich.table import Table
 from alnair.v1 import job_pb2
 from alnair_common import Bus, PermanentError, StreamFollower, TypedKV, subjects
 from alnair_elastic_job import from_yaml, to_proto
+from alnair_local_agent import JobFiles
+
+from ._run import RunRequest
 
 BUCKET = "training_jobs"
 NAMESPACE = "default"  # a TrainingJob without one is in "default", as in Kubernetes
@@ -39,6 +43,12 @@ def submission(path: Path) -> job_pb2.JobCommand:
     job = from_yaml(text, str(path))  # JobSpecError (permanent) names the field and the fix
     return job_pb2.JobCommand(name=job.name, namespace=job.namespace, submit=to_proto(job),
                               request_id=uuid.uuid4().hex)
+
+
+def keep_environment(data_dir: Path, command: job_pb2.JobCommand) -> None:
+    """Leave this shell's environment and directory for the job's local workers."""
+    JobFiles.of(data_dir / "jobs", command.namespace, command.name).write_submission(
+        RunRequest.environment(), os.getcwd())
 
 
 async def send(bus: Bus, command: job_pb2.JobCommand) -> None:

@@ -48,6 +48,9 @@ def submit(file: Annotated[Path, typer.Argument(help="A TrainingJob YAML file.")
         command = _job.submission(file)
     except AlnairError as e:  # the spec is checked here, with the controller's own rules
         raise fail(str(e), 2) from e
+    # Local mode: the workers start in this shell's directory and environment, like `alnair
+    # run`'s command; they go through the data directory, never the bus.
+    _job.keep_environment(data_dir, command)
     _on_bus(resolve_nats(data_dir, nats_url), lambda bus: _job.send(bus, command))
     out.print(f"submitted training job {command.namespace}/{command.name}")
 

@@ -3,12 +3,23 @@
 kube-bridge and the local agent observe workloads differently (a watch, a child process)
 but must publish the same thing: each transition once, in lifecycle order, with a sequence
 that grows per workload. :class:`LifecyclePublisher` holds that rule so the two cannot
-drift apart.
+drift apart; :func:`plan_changes` and :func:`torchrun_command` do the same for a training
+job's workers, and ``rendezvous_host.py`` is the c10d host both run outside the workers.
 """
 
 from ._phases import PHASE_NAMES, TERMINAL, is_after, phase_name, rank
 from ._publisher import LifecyclePublisher
 from ._retention import Retention, expired, forget_expired, observed_at
+from ._worker_plans import (
+    JOB_LABEL,
+    JOB_NAMESPACE_LABEL,
+    RENDEZVOUS_LABEL,
+    PlanChanges,
+    plan_changes,
+    torchrun_command,
+    worker_labels,
+)
 
-__all__ = ["PHASE_NAMES", "TERMINAL", "LifecyclePublisher", "Retention", "expired", "forget_expired",
-           "is_after", "observed_at", "phase_name", "rank"]
+__all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "RENDEZVOUS_LABEL", "TERMINAL",
+           "LifecyclePublisher", "PlanChanges", "Retention", "expired", "forget_expired", "is_after",
+           "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ._job_spec import WorkerRequest
 
@@ -184,8 +184,27 @@ def allocate(cards: Iterable[FreeCard], jobs: Iterable[ElasticDemand], now: floa
     that keeps every running job at its size (waiting jobs still admitted and grown). The
     best is taken only if it beats keeping by ``min_gain`` of cluster goodput: a gain per job
     would let measurement noise move workers back and forth between jobs of similar value.
+
+    The answer is a fixed point: granted and applied now, it is granted again. Without that,
+    a size that was held but no longer fits (capacity shrank under a recently changed job)
+    constrains this round's plan, changes anyway, and the next round — with the hold now on
+    the new size — finds a better plan and moves other jobs too: two rescales for one.
     """
     cards = list(cards)
+    jobs = list(jobs)
+    grant = _allocate_once(cards, jobs, now, hysteresis)
+    for _ in range(4):  # one more round almost always settles it; bounded in any case
+        jobs = [replace(d, current=grant[d.name], changed_at=now) if grant[d.name] != d.current else d
+                for d in jobs]
+        again = _allocate_once(cards, jobs, now, hysteresis)
+        if again == grant:
+            break
+        grant = again
+    return grant
+
+
+def _allocate_once(cards: list[FreeCard], jobs: list[ElasticDemand], now: float,
+                   hysteresis: Hysteresis) -> dict[str, int]:
     ordered = sorted(jobs, key=lambda d: (d.arrival, d.name))
     running = {d.name: d.current for d in ordered if d.current >= d.min_replicas}
     recent = {d.name: d.current for d in ordered if d.name in running

@@ -194,6 +194,12 @@ def _running_timeout(j: TrainingJob, s: JobStatus) -> float | None:
     return s.last_step_at + stall_window(s) - s.entered_at
 
 
+def rendezvous_id(job: TrainingJob, s: JobStatus) -> str:
+    """``<namespace>.<name>.<incarnation>``: one per gang started from none; kept while the
+    same workers rescale (torch elastic re-rendezvous under one id)."""
+    return f"{job.namespace}.{job.name}.{s.incarnation}"
+
+
 def timeout_seconds(job: TrainingJob, status: JobStatus) -> float | None:
     """Seconds in the current phase before it times out; None: only an input leaves it."""
     rule = _TIMEOUTS.get(status.phase)
@@ -240,10 +246,14 @@ class RendezvousComplete:
 
     Rounds arrive on another stream than the workers' lifecycle, so a round may come before
     the placement of its members: it is kept (``heard``) and takes effect once every member
-    is one of the job's live workers; a round older than one already heard is ignored."""
+    is one of the job's live workers; a round older than one already heard is ignored, and so
+    is a round of another gang's rendezvous (``rendezvous_id``; rounds are numbered per
+    rendezvous, and each new gang meets in a new one). An empty id is taken as the current
+    gang's."""
 
     members: frozenset[str]
     round: int
+    rendezvous_id: str = ""
     kind: str = field(default="rendezvous-complete", init=False)
 
 

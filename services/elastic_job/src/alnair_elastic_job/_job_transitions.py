@@ -28,6 +28,7 @@ from ._job_states import (
     WorkerExited,
     WorkersPlaced,
     WorkerStarted,
+    rendezvous_id,
     stall_window,
     timeout_seconds,
 )
@@ -65,7 +66,7 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
         slow = max(min(event.step_seconds, 86400.0), 0.9 * s.slowest_step)
         return _update(s, event.kind, step=event.step, last_step_at=now, slowest_step=slow)
     if isinstance(event, RendezvousComplete):
-        if event.round <= s.heard_round:
+        if event.round <= s.heard_round or event.rendezvous_id not in ("", rendezvous_id(job, s)):
             return s
         return _settle(job, s, replace(s, heard=event.members, heard_round=event.round), now,
                        event.kind)
@@ -96,6 +97,8 @@ def _move(s: JobStatus, phase: Phase, reason: str, message: str, now: float, cau
     ran = s.running_seconds + (now - s.entered_at if s.phase is Phase.RUNNING and entered == now else 0.0)
     first = now if s.first_run_at is None and phase is Phase.RUNNING else s.first_run_at
     fresh = phase is Phase.SCHEDULING and s.phase is not Phase.SCHEDULING
+    if fresh:  # a new gang meets in a new rendezvous, whose rounds count from 1 again
+        changes = {"heard": frozenset(), "heard_round": 0, **changes}
     # A new world (or any other phase) waits for its own first step.
     same_world = phase is Phase.RUNNING and s.phase is Phase.RUNNING and \
         changes.get("world", s.world) == s.world

@@ -17,7 +17,7 @@ from alnair.v1 import common_pb2, job_pb2
 from ._errors import JobSpecError
 from ._job_codec import from_proto, to_proto
 from ._job_spec import TrainingJob
-from ._job_states import DeleteCommand, JobStatus, Phase, ScaleCommand, timeout_seconds
+from ._job_states import DeleteCommand, JobStatus, Phase, ScaleCommand, rendezvous_id, timeout_seconds
 
 PHASE_TO_PROTO = {
     Phase.PENDING: job_pb2.JOB_PHASE_PENDING, Phase.SCHEDULING: job_pb2.JOB_PHASE_SCHEDULING,
@@ -54,12 +54,6 @@ def state_to_proto(job: TrainingJob, s: JobStatus, now: float, goodput: float = 
         previous_phase=PHASE_TO_PROTO[s.previous] if s.previous else job_pb2.JOB_PHASE_UNSPECIFIED,
         cause=s.cause,
     )
-
-
-def rendezvous_id(job: TrainingJob, s: JobStatus) -> str:
-    """``<namespace>.<name>.<incarnation>``: one per gang started from none; kept while the
-    same workers rescale (torch elastic re-rendezvous under one id)."""
-    return f"{job.namespace}.{job.name}.{s.incarnation}"
 
 
 def worker_plan(job: TrainingJob, s: JobStatus, create: int, gang: int) -> job_pb2.WorkerPlan:

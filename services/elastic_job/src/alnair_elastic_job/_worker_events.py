@@ -10,6 +10,7 @@ skipped without a word; a labelled one that cannot be read is a permanent error.
 from __future__ import annotations
 
 from alnair.v1 import job_pb2, workload_pb2
+from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL
 
 from ._controller import job_key
 from ._errors import JobSpecError
@@ -21,9 +22,6 @@ from ._job_states import (
     WorkersPlaced,
     WorkerStarted,
 )
-
-JOB_LABEL = "ai.centaurus.io/training-job"
-JOB_NAMESPACE_LABEL = "ai.centaurus.io/training-job-namespace"
 
 _P = workload_pb2
 
@@ -59,7 +57,8 @@ def rendezvous_input(subject_name: str, r: job_pb2.RendezvousRound) -> tuple[str
     if r.round < 1:
         raise JobSpecError("round", f"rendezvous round of job {r.name} has round {r.round}; rounds "
                            "are numbered from 1 so a late or repeated one can be told apart")
-    return job_key(r.namespace or "default", r.name), RendezvousComplete(frozenset(r.members), r.round)
+    return job_key(r.namespace or "default", r.name), RendezvousComplete(frozenset(r.members), r.round,
+                                                                         r.rendezvous_id)
 
 
 def step_input(subject_name: str, r: job_pb2.StepReport) -> tuple[str, JobInput]:

@@ -26,7 +26,7 @@ from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publi
 from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
-from alnair_lifecycle import LifecyclePublisher
+from alnair_lifecycle import JOB_LABEL, LifecyclePublisher
 
 from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
@@ -35,6 +35,7 @@ from ._workspace import Workspace, still_running
 
 log = get_logger("alnair.local-agent")
 P = wl.WorkloadPhase
+PROGRESS_ENV = "ALNAIR_PROGRESS_FILE"
 
 
 class Agent:
@@ -52,7 +53,7 @@ class Agent:
 
     async def on_submit(self, _subject: str, workload: wl.Workload) -> None:
         if workload.phase == P.WORKLOAD_PHASE_DELETED:
-            await self._withdraw(workload)
+            await self.withdraw(workload)
             return
         try:
             sub = Submission.from_proto(workload)
@@ -67,8 +68,9 @@ class Agent:
         pending.node = ""
         await self.lifecycle.publish(pending)
 
-    async def _withdraw(self, workload: wl.Workload) -> None:
-        """`alnair run` interrupted before the workload started: it will not run."""
+    async def withdraw(self, workload: wl.Workload) -> None:
+        """`alnair run` interrupted, or a worker no longer wanted, before it started: it will
+        not run."""
         last = await self.lifecycle.last(workload.ref.uid)
         if last is not None and last.workload.phase == P.WORKLOAD_PHASE_PENDING:
             await self.lifecycle.publish(self._public(last.workload, P.WORKLOAD_PHASE_DELETED,
@@ -130,6 +132,8 @@ class Agent:
         await self.lifecycle.publish(bound)
         env = workload_env(self._environment(submission, workspace), share,
                            workspace=workspace, interceptor=self.interceptor)
+        if JOB_LABEL in submission.labels:  # a training job's worker reports its steps there
+            env[PROGRESS_ENV] = str(workspace.path / "progress")
         try:
             process = await launch(submission, env, workspace)
         except OSError as e:

@@ -5,12 +5,74 @@ code survives an agent that died or restarted meanwhile: the reaper writes it to
 (atomically) and the agent, or its successor, reads it. Ctrl-C sent to the workload's
 process group reaches the command with its default meaning; the reaper itself only waits.
 A command killed by signal N is recorded as 128+N, as a shell reports it.
+
+The command's pid goes to ``child.pid`` beside EXIT_FILE (a training worker's torchrun is
+known by it in its rendezvous). The reaper is the workload's child subreaper: processes the
+command left behind — a trainer that torchrun started in a session of its own, orphaned when
+torchrun was killed — are reparented to it and ended when the command ends (SIGTERM, then
+SIGKILL after two seconds), so a workload's processes end with it, as a container's do.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: leftovers go to init, as before
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _end_leftovers() -> None:
+    """End what the command left behind, whose parent this process became."""
+    me = os.getpid()
+    deadline = time.monotonic() + 2.0
+    sig = signal.SIGTERM
+    while True:
+        _reap_all()
+        left = _children(me)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +83,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         # A handler (not SIG_IGN): the command gets the default disposition after exec.
         signal.signal(sig, lambda *_: None)
+    _become_subreaper()
     try:
         env = dict(os.environ)
         preload = env.pop("ALNAIR_REAPER_LD_PRELOAD", None)
@@ -31,6 +94,10 @@ def main(argv: list[str]) -> int:
         print(f"alnair: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
         code = 127 if isinstance(e, FileNotFoundError) else 126
     else:
+        pid_file = os.path.join(os.path.dirname(exit_file), "child.pid")
+        with open(f"{pid_file}.tmp", "w") as f:
+            f.write(f"{child.pid}\n")
+        os.replace(f"{pid_file}.tmp", pid_file)
         while True:
             try:
                 returncode = child.wait()
@@ -38,6 +105,7 @@ def main(argv: list[str]) -> int:
             except InterruptedError:
                 continue
         code = returncode if returncode >= 0 else 128 - returncode
+        _end_leftovers()
     tmp = f"{exit_file}.tmp"
     with open(tmp, "w") as f:
         f.write(f"{code}\n")

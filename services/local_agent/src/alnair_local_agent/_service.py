@@ -6,7 +6,7 @@ import asyncio
 import socket
 from typing import ClassVar
 
-from alnair.v1 import commands_pb2, scheduling_pb2
+from alnair.v1 import commands_pb2, job_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, TemporaryError, subjects
 from alnair_lifecycle import LifecyclePublisher, Retention
@@ -14,14 +14,15 @@ from alnair_lifecycle import LifecyclePublisher, Retention
 from ._agent import Agent
 from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
+from ._job_workers import JobWorkers
 from ._retention import forget_expired
 from ._settings import LocalAgentSettings
 
 
 class LocalAgentService(Service):
     name = "local-agent"
-    role = ("adapter: runs local workloads (`alnair run`) on the GPUs the scheduler picks, "
-            "with the interceptor's environment; publishes the node inventory")
+    role = ("adapter: runs local workloads (`alnair run`) and training jobs' workers on the GPUs "
+            "the scheduler picks, with the interceptor's environment; publishes the node inventory")
     settings_class: ClassVar[type[ServiceSettings]] = LocalAgentSettings
 
     def __init__(self, settings: LocalAgentSettings) -> None:
@@ -56,6 +57,12 @@ class LocalAgentService(Service):
             self.bus, stream="SCHEDULING", durable=f"local-agent-{node}-bind",
             subject=subjects.sched_bind(), message_type=scheduling_pb2.BindDecision,
             handler=self.agent.on_bind))
+        workers = JobWorkers(self.bus, self.agent, s.jobs_dir, stop_grace=s.worker_stop_grace_seconds)
+        await self.consume(DurableConsumer(
+            self.bus, stream="COMMANDS", durable=f"local-agent-{node}-workers",
+            subject=subjects.wildcard("alnair.cmd.workers.<name>"), message_type=job_pb2.WorkerPlan,
+            handler=workers.on_plan))
+        self.spawn(workers.relay(), name="job-relay")
         commands = LocalCommands(self.bus, lifecycle, s.workloads_dir)
         for kind, subject, message_type, handler in (
             ("annotate", subjects.cmd_annotate(), commands_pb2.AnnotateCommand, commands.annotate),

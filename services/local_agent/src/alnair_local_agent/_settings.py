@@ -25,6 +25,14 @@ class LocalAgentSettings(ServiceSettings):
     retention_check_seconds: float = Field(60.0, gt=0, le=86400,
                                            description="How often retention is applied")
 
+    worker_stop_grace_seconds: float = Field(
+        10.0, gt=0, le=600, description="A training job's worker asked to stop gets SIGTERM, "
+                                        "then SIGKILL after this long")
+
     @property
     def workloads_dir(self) -> Path:
         return self.data_dir / "workloads"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"

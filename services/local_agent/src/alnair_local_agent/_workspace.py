@@ -5,8 +5,9 @@ environment, written by ``alnair run`` before it submits, readable by its user o
 never travels on the bus, where JetStream would keep it and anyone subscribed would see it),
 ``submission.pb`` (the Workload as submitted), ``limits`` and ``cuda.region`` (the
 interceptor's, laid out by :mod:`alnair_common.cuda_handoff`), ``output.log`` (stdout and
-stderr), ``pid`` (the reaper's pid and start time, to recognise it after an agent restart)
-and ``exit_code`` (written by the reaper).
+stderr), ``pid`` (the reaper's pid and start time, to recognise it after an agent restart),
+``child.pid`` (the command's pid) and ``exit_code`` (both written by the reaper); a training
+job's worker also writes ``progress`` (its newest step, relayed to the controller).
 
 The directory is the platform user's only
 (:data:`~alnair_common.cuda_handoff.LOCAL_WORKSPACE_MODE`): no other user of the machine can
@@ -86,6 +87,13 @@ class Workspace:
         try:
             pid, started = (self.path / "pid").read_text().split()
             return int(pid), started
+        except (OSError, ValueError):
+            return None
+
+    def child_pid(self) -> int | None:
+        """The command's own pid (the reaper's child), once it started."""
+        try:
+            return int((self.path / "child.pid").read_text())
         except (OSError, ValueError):
             return None
 

@@ -1,0 +1,77 @@
+"""A training job's WorkerPlan as both adapters carry it out: one rule, so they cannot drift.
+
+The elastic-job controller publishes what a job's workers should be (``job.proto``'s
+WorkerPlan); an adapter counts the job's live workers, stops the planned ones and creates
+the rest (:func:`plan_changes`), labels each worker with its job (:func:`worker_labels`) and
+starts it under torchrun with the arguments of :func:`torchrun_command`: one process per
+worker, the job's c10d rendezvous hosted outside the workers (``rendezvous_host.py``), so
+that any worker may die without taking the rendezvous with it.
+
+When a worker of an elastic job dies, its peers' collectives fail at once (the connection
+to it closes) and each survivor's torchrun restarts its own trainer into a new round of the
+same rendezvous — the controller's Rescaling — which closes as soon as the dead worker's
+keep-alive has lapsed (``KEEP_ALIVE_SECONDS`` × ``KEEP_ALIVE_ATTEMPTS``) and the round's
+last call is over; the replacement the controller asks for joins the round after. So
+torchrun may restart a trainer as often as the job's restart policy allows. A fixed-size
+job (``launcher: torch``) gets no torchrun restarts: the controller restarts its gang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from alnair.v1 import job_pb2
+
+JOB_LABEL = "ai.centaurus.io/training-job"
+JOB_NAMESPACE_LABEL = "ai.centaurus.io/training-job-namespace"
+RENDEZVOUS_LABEL = "ai.centaurus.io/rendezvous-id"
+
+# After minReplicas workers joined, a round waits this long for more (torch's default, 30 s,
+# would delay every round of a job below maxReplicas by that much); a worker that comes later
+# joins through a re-rendezvous, as torch elastic scales up.
+LAST_CALL_SECONDS = 3
+# How often torchrun looks at its worker process and at workers waiting to join.
+MONITOR_SECONDS = 0.5
+# A worker that stopped beating for this long is dropped from the rendezvous (torch's default
+# is 5 s × 3): how long survivors wait for a dead peer before their new round can close.
+KEEP_ALIVE_SECONDS = 2
+KEEP_ALIVE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class PlanChanges:
+    """What an adapter does for one plan: stop these live workers, then create ``create``."""
+
+    stop: tuple[str, ...]
+    create: int
+
+
+def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str]) -> PlanChanges:
+    """Declarative, so a repeated or redelivered plan creates nothing twice: the live workers
+    not being stopped count towards the target."""
+    alive = set(live)
+    stopping = alive & set(plan.stop)
+    return PlanChanges(tuple(sorted(stopping)), max(0, plan.target - len(alive - stopping)))
+
+
+def worker_labels(plan: job_pb2.WorkerPlan) -> dict[str, str]:
+    return {JOB_LABEL: plan.spec.name, JOB_NAMESPACE_LABEL: plan.spec.namespace or "default",
+            RENDEZVOUS_LABEL: plan.rendezvous_id}
+
+
+def torchrun_command(plan: job_pb2.WorkerPlan, endpoint: str) -> list[str]:
+    """The worker's argv: the spec's command under torchrun, meeting at ``endpoint``."""
+    spec = plan.spec
+    if spec.launcher == job_pb2.LAUNCHER_TORCH:  # a fixed-size job: exactly minReplicas
+        nnodes = str(spec.min_replicas)
+    else:
+        nnodes = f"{spec.min_replicas}:{spec.max_replicas}"
+    join = int(spec.deadlines.rendezvous_timeout_seconds or 60)
+    restarts = 0 if spec.launcher == job_pb2.LAUNCHER_TORCH else spec.restart_policy.max_restarts
+    conf = (f"is_host=false,join_timeout={join},last_call_timeout={LAST_CALL_SECONDS},"
+            f"keep_alive_interval={KEEP_ALIVE_SECONDS},keep_alive_max_attempt={KEEP_ALIVE_ATTEMPTS}")
+    return ["torchrun", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={plan.rendezvous_id}", f"--rdzv-conf={conf}",
+            f"--max-restarts={restarts}", f"--monitor-interval={MONITOR_SECONDS}", "--no-python",
+            *spec.command]

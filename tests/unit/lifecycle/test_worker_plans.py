@@ -1,0 +1,88 @@
+"""The one rule both adapters follow for a training job's WorkerPlan, and the rendezvous
+host's reading of torch's rendezvous state (real torch classes; a forged state refused)."""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import subprocess
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
+
+from alnair.v1 import job_pb2
+from alnair_lifecycle import JOB_LABEL, plan_changes, torchrun_command, worker_labels
+from alnair_lifecycle.rendezvous_host import closed_round
+
+UIDS = st.sets(st.sampled_from([f"w{i}" for i in range(8)]))
+
+
+def plan(target: int, stop: set[str] = frozenset(), launcher: int = job_pb2.LAUNCHER_TORCH_ELASTIC,
+         restarts: int = 3) -> job_pb2.WorkerPlan:
+    spec = job_pb2.JobSpec(name="resnet", namespace="ml", min_replicas=2, max_replicas=4, launcher=launcher,
+                           command=["python", "train.py", "--lr", "0.1"],
+                           restart_policy=job_pb2.RestartPolicy(max_restarts=restarts),
+                           deadlines=job_pb2.JobDeadlines(rendezvous_timeout_seconds=45))
+    return job_pb2.WorkerPlan(spec=spec, generation=3, target=target, stop=sorted(stop),
+                              rendezvous_id="ml.resnet.2")
+
+
+@given(live=UIDS, stop=UIDS, target=st.integers(0, 8))
+def test_a_plan_applied_to_what_it_leaves_asks_for_nothing_more(live: set[str], stop: set[str], target: int) -> None:
+    p = plan(target, stop)
+    first = plan_changes(p, live)
+    assert set(first.stop) == live & stop
+    after = (live - set(first.stop)) | {f"new{i}" for i in range(first.create)}
+    again = plan_changes(p, after)
+    assert again.stop == () and again.create == 0
+    assert len(after) == max(target, len(live - stop))
+
+
+def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:
+    argv = torchrun_command(plan(3), "127.0.0.1:29400")
+    assert argv[0] == "torchrun" and argv[-5:] == ["--no-python", "python", "train.py", "--lr", "0.1"]
+    assert "--nnodes=2:4" in argv and "--nproc-per-node=1" in argv and "--rdzv-backend=c10d" in argv
+    assert "--rdzv-endpoint=127.0.0.1:29400" in argv and "--rdzv-id=ml.resnet.2" in argv
+    conf = next(a for a in argv if a.startswith("--rdzv-conf="))
+    assert "is_host=false" in conf and "join_timeout=45" in conf  # never hosts the store itself
+    assert "--max-restarts=3" in argv  # survivors of an elastic job re-rendezvous in place
+
+
+def test_a_fixed_size_job_gets_no_torchrun_restarts() -> None:
+    argv = torchrun_command(plan(2, launcher=job_pb2.LAUNCHER_TORCH), "h:1")
+    assert "--nnodes=2" in argv and "--max-restarts=0" in argv
+
+
+def test_workers_are_labelled_with_their_job_and_gang() -> None:
+    labels = worker_labels(plan(1))
+    assert labels[JOB_LABEL] == "resnet" and labels["ai.centaurus.io/training-job-namespace"] == "ml"
+    assert labels["ai.centaurus.io/rendezvous-id"] == "ml.resnet.2"
+
+
+def stored(state: object) -> bytes:
+    return base64.b64encode(pickle.dumps(state))
+
+
+def test_a_complete_round_is_read_with_its_members_numbered_from_one() -> None:
+    s = _RendezvousState()
+    a, b = _NodeDesc("pod-a", 10, 0), _NodeDesc("pod-b", 11, 0)
+    s.participants = {a: 0, b: 1}
+    s.last_heartbeats = {a: s.deadline, b: s.deadline}
+    assert closed_round(stored(s)) is None  # not complete yet
+    s.complete, s.round = True, 4
+    assert closed_round(stored(s)) == (5, [["pod-a", 10, 0], ["pod-b", 11, 0]])
+    assert closed_round(b"Y2FuaW1hZGFt") is None and closed_round(b"") is None
+
+
+class Forged:
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (subprocess.call, (["touch", "/tmp/alnair-forged-rendezvous"],))
+
+
+def test_a_forged_state_in_the_store_cannot_run_code_in_the_host() -> None:
+    with pytest.raises(pickle.UnpicklingError, match="subprocess.call is not part of a rendezvous state"):
+        closed_round(stored(Forged()))
+    with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system"):
+        closed_round(base64.b64encode(b"cos\nsystem\n(S'true'\ntR."))
