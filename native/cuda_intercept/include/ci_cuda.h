@@ -35,7 +35,13 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef unsigned long long CUmemGenericAllocationHandle;
+/* Only passed through (cuCtxCreate_v3 / _v4). */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
 
 /* cuGetProcAddress flags and (CUDA 12+) query status. */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0x0
@@ -51,6 +57,7 @@ typedef int CUdriverProcAddressQueryResult;
 #define CU_EVENT_DEFAULT 0x0
 typedef int CUstreamCaptureStatus;
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
 typedef int CUstreamCaptureMode;
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
@@ -99,6 +106,75 @@ typedef struct CUmemAllocationProp_st {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+/* CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate): the
+ * descriptor gives the size. Formats (CUarray_format) whose element size is known. */
+#define CU_AD_FORMAT_UNSIGNED_INT8 0x01
+#define CU_AD_FORMAT_UNSIGNED_INT16 0x02
+#define CU_AD_FORMAT_UNSIGNED_INT32 0x03
+#define CU_AD_FORMAT_SIGNED_INT8 0x08
+#define CU_AD_FORMAT_SIGNED_INT16 0x09
+#define CU_AD_FORMAT_SIGNED_INT32 0x0a
+#define CU_AD_FORMAT_HALF 0x10
+#define CU_AD_FORMAT_FLOAT 0x20
+#define CU_AD_FORMAT_NV12 0xb0
+#define CU_AD_FORMAT_UNORM_INT8X1 0xc0  /* 0xc0..0xcb: packed UNORM/SNORM 8/16-bit x1/x2/x4 */
+#define CU_AD_FORMAT_SNORM_INT16X4 0xcb
+#define CU_AD_FORMAT_BC1_UNORM 0x91     /* 0x91..0x9e: block-compressed, 4x4 texels a block */
+#define CU_AD_FORMAT_BC7_UNORM_SRGB 0x9e
+#define CUDA_ARRAY3D_LAYERED 0x01
+#define CUDA_ARRAY3D_CUBEMAP 0x04
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width, Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width, Height, Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+/* Graphs with memory nodes (cuGraphAddMemAllocNode, stream-captured cuMemAllocAsync). */
+#define CU_GRAPH_NODE_TYPE_GRAPH 4
+#define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+#define CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT 0
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT 2
+typedef int CUgraphNodeType;
+
+typedef struct CUmemPoolProps_st {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+/* Inter-process memory (only the fake driver and the tests use these). */
+typedef struct CUipcMemHandle_st {
+    char reserved[64];
+} CUipcMemHandle;
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
 
 /* 2D / 3D copies: only the extents and the memory types are read. */
 typedef struct CUDA_MEMCPY2D_st {
@@ -163,6 +239,15 @@ typedef struct nvmlMemory_v2_st {
     unsigned long long free;
     unsigned long long used;
 } nvmlMemory_v2_t;
+
+/* nvmlDeviceGetComputeRunningProcesses_v3 / _v2 (the same 24-byte record). */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory; /* NVML_VALUE_NOT_AVAILABLE when not known */
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+#define NVML_VALUE_NOT_AVAILABLE (~0ull)
 
 typedef struct nvmlUtilization_st {
     unsigned int gpu;

@@ -24,7 +24,7 @@
 
 #define CI_REGION_FILE_NAME "cuda.region"
 #define CI_REGION_MAGIC 0x31554341524e4c41ULL /* "ALNRACU1" little-endian */
-#define CI_REGION_LAYOUT_VERSION 2u /* 2: device.sm_util_source */
+#define CI_REGION_LAYOUT_VERSION 3u /* 2: device.sm_util_source; 3: device.footprint_bytes */
 #define CI_REGION_MAX_DEVICES 16
 #define CI_REGION_MAX_SLOTS 128
 #define CI_REGION_LOCK_BYTES 64
@@ -83,7 +83,10 @@ struct ci_region_device {            /* 128 bytes, one per GPU per process */
     uint64_t tokens_charged;         /*  96 */
     uint32_t sm_util_percent;        /* 104: workload SM utilisation, last sample */
     uint32_t sm_util_source;         /* 108: CI_UTIL_SOURCE_* of that sample */
-    uint64_t reserved[2];            /* 112 .. 128 */
+    uint64_t footprint_bytes;        /* 112: the part of memory_used_bytes that no allocation
+                                      *      call made: contexts, module images, padding;
+                                      *      an exited record keeps its last value */
+    uint64_t reserved[1];            /* 120 .. 128 */
 };
 
 struct ci_region_slot {                       /* 64 + 16 * 128 = 2112 bytes */

@@ -37,6 +37,16 @@
     (CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,    \
      size_t bytes, CUstream stream)
 #define CI_PEER_ASYNC_ARGS (dst, dst_ctx, src, src_ctx, bytes, stream)
+#define CI_CTX3_PARAMS                                                          \
+    (CUcontext *pctx, CUexecAffinityParam *params, int nparams, unsigned int flags, \
+     CUdevice dev)
+#define CI_CTX3_ARGS (pctx, params, nparams, flags, dev)
+#define CI_CTX4_PARAMS                                                          \
+    (CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+#define CI_CTX4_ARGS (pctx, params, flags, dev)
+#define CI_INST_PARAMS                                                          \
+    (CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log, size_t log_bytes)
+#define CI_INST_ARGS (exec, graph, err_node, log, log_bytes)
 #define CI_GPA_PARAMS (const char *symbol, void **pfn, int version, cuuint64_t flags)
 #define CI_GPA_ARGS (symbol, pfn, version, flags)
 #define CI_GPA2_PARAMS                                                          \
@@ -63,6 +73,25 @@
     X(cuMemRelease, cuMemRelease, 10020, 0, ci_on_mem_release, (CUmemGenericAllocationHandle handle), (handle)) \
     X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0, ci_on_mem_get_info, (size_t *free_bytes, size_t *total_bytes), (free_bytes, total_bytes)) \
     X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0, ci_on_device_total_mem, (size_t *bytes, CUdevice dev), (bytes, dev)) \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0, ci_on_primary_ctx_retain, (CUcontext *pctx, CUdevice dev), (pctx, dev)) \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0, ci_on_primary_ctx_release, (CUdevice dev), (dev)) \
+    X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0, ci_on_primary_ctx_release, (CUdevice dev), (dev)) \
+    X(cuCtxCreate_v2, cuCtxCreate, 3020, 0, ci_on_ctx_create, (CUcontext *pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev)) \
+    X(cuCtxCreate_v3, cuCtxCreate, 11040, 0, ci_on_ctx_create_v3, CI_CTX3_PARAMS, CI_CTX3_ARGS) \
+    X(cuCtxCreate_v4, cuCtxCreate, 12050, 0, ci_on_ctx_create_v4, CI_CTX4_PARAMS, CI_CTX4_ARGS) \
+    X(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0, ci_on_ctx_destroy, (CUcontext ctx), (ctx)) \
+    X(cuArrayCreate_v2, cuArrayCreate, 3020, 0, ci_on_array_create, (CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *desc), (arr, desc)) \
+    X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0, ci_on_array3d_create, (CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *desc), (arr, desc)) \
+    X(cuArrayDestroy, cuArrayDestroy, 2000, 0, ci_on_array_destroy, (CUarray arr), (arr)) \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0, ci_on_mipmapped_array_create, (CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels), (arr, desc, levels)) \
+    X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0, ci_on_mipmapped_array_destroy, (CUmipmappedArray arr), (arr)) \
+    X(cuGraphInstantiate, cuGraphInstantiate, 10000, 0, ci_on_graph_instantiate, CI_INST_PARAMS, CI_INST_ARGS) \
+    X(cuGraphInstantiate_v2, cuGraphInstantiate, 11000, 0, ci_on_graph_instantiate, CI_INST_PARAMS, CI_INST_ARGS) \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0, ci_on_graph_instantiate_flags, (CUgraphExec *exec, CUgraph graph, unsigned long long flags), (exec, graph, flags)) \
+    X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0, ci_on_graph_instantiate_params, (CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params)) \
+    X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1, ci_on_graph_instantiate_params, (CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params), (exec, graph, params)) \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, ci_on_graph_exec_destroy, (CUgraphExec exec), (exec)) \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, ci_on_graph_mem_trim, (CUdevice dev), (dev)) \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0, ci_on_launch_kernel, CI_LAUNCH_PARAMS, CI_LAUNCH_ARGS) \
     X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1, ci_on_launch_kernel, CI_LAUNCH_PARAMS, CI_LAUNCH_ARGS) \
     X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0, ci_on_launch_kernel_ex, (const CUlaunchConfig *config, CUfunction f, void **params, void **extra), (config, f, params, extra)) \

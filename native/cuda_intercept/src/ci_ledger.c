@@ -251,6 +251,11 @@ uint64_t ci_ledger_workload_used(int dev)
     return ci_ledger_add(own, others);
 }
 
+uint64_t ci_ledger_own_bytes(int dev)
+{
+    return atomic_load_explicit(&ci_ledger_own[dev], memory_order_relaxed);
+}
+
 void ci_ledger_publish(struct ci_region_slot *slot)
 {
     if (pthread_mutex_trylock(&ci_ledger_lock) != 0)

@@ -157,6 +157,11 @@ static void ci_lookup_do_load_driver(void)
     CI_RESOLVE(cuStreamQuery);
     CI_RESOLVE(cuStreamIsCapturing);
     CI_RESOLVE(cuThreadExchangeStreamCaptureMode);
+    CI_RESOLVE(cuGraphGetNodes);
+    CI_RESOLVE(cuGraphNodeGetType);
+    CI_RESOLVE(cuGraphMemAllocNodeGetParams);
+    CI_RESOLVE(cuGraphChildGraphNodeGetGraph);
+    CI_RESOLVE(cuDeviceGetGraphMemAttribute);
 #undef CI_RESOLVE
     /* CUDA 12.8 added the _v2 spellings; older drivers have only the first. */
     void *elapsed = ci_lookup_real_dlsym(h, "cuEventElapsedTime_v2");

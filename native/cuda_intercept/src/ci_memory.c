@@ -9,11 +9,16 @@
  * and nothing else happens: the process goes on, and PyTorch raises a catchable
  * OutOfMemoryError.
  *
- * Counted: cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch * height, known after the
+ * Counted here: cuMemAlloc_v2, cuMemAllocPitch_v2 (pitch * height, known after the
  * call), cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate
- * (device locations); freed by cuMemFree_v2, cuMemFreeAsync, cuMemRelease.
+ * (device locations); freed by cuMemFree_v2, cuMemFreeAsync, cuMemRelease. A
+ * stream-ordered allocation on a capturing stream allocates nothing yet: it becomes a
+ * memory node of the captured graph, charged when that graph is instantiated
+ * (ci_graphmem.c). Elsewhere: CUDA arrays (ci_array.c), contexts and the rest of the
+ * driver's footprint (ci_context.c, ci_footprint.c).
  * Reported: cuMemGetInfo_v2, cuDeviceTotalMem_v2 and NVML's
- * nvmlDeviceGetMemoryInfo(_v2) show min(limit, physical).
+ * nvmlDeviceGetMemoryInfo(_v2) show min(limit, physical) as the total and everything the
+ * workload has charged (the footprint included) as used.
  */
 #include "ci_internal.h"
 
@@ -64,13 +69,20 @@ void ci_memory_release(int dev, uint64_t bytes)
     ci_ledger_release(dev, bytes, ci_memory_record(dev));
 }
 
+void ci_memory_charge_taken(int dev, uint64_t bytes)
+{
+    dev = ci_memory_clamp_dev(dev);
+    if (ci_ledger_reserve(dev, bytes, CI_REGION_UNLIMITED, ci_memory_record(dev)) != 0)
+        ci_debug("cannot record %llu bytes the driver took on device %d", (unsigned long long)bytes,
+                 dev);
+}
+
 uint64_t ci_memory_workload_used(int dev)
 {
     return ci_ledger_workload_used(ci_memory_clamp_dev(dev));
 }
 
-/* Records a successful allocation; counts it. */
-static void ci_memory_track(uint64_t key, int kind, uint64_t bytes, int dev)
+void ci_memory_track(uint64_t key, int kind, uint64_t bytes, int dev)
 {
     dev = ci_memory_clamp_dev(dev);
     atomic_fetch_add_explicit(&ci_counters[dev].alloc_count, 1, memory_order_relaxed);
@@ -105,14 +117,33 @@ CUresult ci_on_mem_alloc_managed(void *real, CUdeviceptr *dptr, size_t bytes, un
     CI_MEMORY_ALLOC(((ci_alloc_managed_fn)real)(dptr, bytes, flags), dptr, bytes);
 }
 
+/* True when `stream` is capturing (`real` is the entry point called, `ptsz_id` its _ptsz
+ * variant, whose stream 0 is the thread's default stream). */
+static bool ci_memory_capturing(void *real, ci_hook_id ptsz_id, CUstream stream)
+{
+    if (ci_driver.cuStreamIsCapturing == NULL)
+        return false;
+    if (stream == NULL && real == ci_lookup_real(ptsz_id))
+        stream = CU_STREAM_PER_THREAD;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return ci_driver.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+           status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
 CUresult ci_on_mem_alloc_async(void *real, CUdeviceptr *dptr, size_t bytes, CUstream stream)
 {
+    ci_runtime_ensure();
+    if (ci_memory_capturing(real, CI_HOOK_cuMemAllocAsync_ptsz, stream))
+        return ((ci_alloc_async_fn)real)(dptr, bytes, stream);
     CI_MEMORY_ALLOC(((ci_alloc_async_fn)real)(dptr, bytes, stream), dptr, bytes);
 }
 
 CUresult ci_on_mem_alloc_from_pool(void *real, CUdeviceptr *dptr, size_t bytes,
                                    CUmemoryPool pool, CUstream stream)
 {
+    ci_runtime_ensure();
+    if (ci_memory_capturing(real, CI_HOOK_cuMemAllocFromPoolAsync_ptsz, stream))
+        return ((ci_alloc_pool_fn)real)(dptr, bytes, pool, stream);
     CI_MEMORY_ALLOC(((ci_alloc_pool_fn)real)(dptr, bytes, pool, stream), dptr, bytes);
 }
 
@@ -148,22 +179,32 @@ CUresult ci_on_mem_alloc_pitch(void *real, CUdeviceptr *dptr, size_t *pitch, siz
     return r;
 }
 
-/* Frees: forget the record first (we still own the address, so no other
- * thread can be handed it yet), put it back if the driver refuses. */
+void ci_memory_free_begin(struct ci_memory_free *f, uint64_t key, int kind)
+{
+    ci_runtime_ensure();
+    f->key = key;
+    f->kind = kind;
+    f->bytes = 0;
+    f->dev = 0;
+    f->found = ci_alloc_table_remove(key, kind, &f->bytes, &f->dev) == 0;
+}
+
+CUresult ci_memory_free_end(const struct ci_memory_free *f, CUresult r)
+{
+    if (f->found) {
+        if (r == CUDA_SUCCESS)
+            ci_memory_release(f->dev, f->bytes);
+        else
+            ci_alloc_table_insert(f->key, f->kind, f->bytes, f->dev);
+    }
+    return r;
+}
+
 #define CI_MEMORY_FREE(call, key, kind)                                         \
     do {                                                                        \
-        ci_runtime_ensure();                                                    \
-        uint64_t bytes_ = 0;                                                    \
-        int dev_ = 0;                                                           \
-        bool found_ = ci_alloc_table_remove((key), (kind), &bytes_, &dev_) == 0; \
-        CUresult r_ = (call);                                                   \
-        if (found_) {                                                           \
-            if (r_ == CUDA_SUCCESS)                                             \
-                ci_memory_release(dev_, bytes_);                                \
-            else                                                                \
-                ci_alloc_table_insert((key), (kind), bytes_, dev_);             \
-        }                                                                       \
-        return r_;                                                              \
+        struct ci_memory_free f_;                                               \
+        ci_memory_free_begin(&f_, (key), (kind));                               \
+        return ci_memory_free_end(&f_, (call));                                 \
     } while (0)
 
 CUresult ci_on_mem_free(void *real, CUdeviceptr dptr)

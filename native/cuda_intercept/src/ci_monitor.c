@@ -25,6 +25,9 @@
  * NVML at all -> the rate measured in the first unthrottled window, scaled to
  * the target (open loop).
  *
+ * Every CI_MONITOR_FOOTPRINT_TICKS ticks it compares what NVML shows this process
+ * holding with what it has charged (ci_footprint_reconcile).
+ *
  * The thread blocks all signals, never takes the region lock and never calls
  * the CUDA driver.
  */
@@ -36,6 +39,7 @@
 
 #define CI_MONITOR_TICK_NS 10000000ull
 #define CI_MONITOR_CONTROL_TICKS 5
+#define CI_MONITOR_FOOTPRINT_TICKS 10 /* reconcile the footprint with NVML: 100 ms */
 #define CI_MONITOR_HISTORY 512 /* ticks: 5 s */
 #define CI_MONITOR_NO_MATCH_NS 1000000000ull
 #define CI_MONITOR_OPEN_LOOP_NS 200000000ull
@@ -108,6 +112,7 @@ static void ci_monitor_publish_locked(int slot)
         CI_PUB(sm_util_percent, atomic_load_explicit(&ci_monitor_util[d], memory_order_relaxed));
         CI_PUB(sm_util_source,
                atomic_load_explicit(&ci_monitor_util_source[d], memory_order_relaxed));
+        CI_PUB(footprint_bytes, ci_footprint_bytes(d));
 #undef CI_PUB
     }
     __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELEASE);
@@ -303,6 +308,8 @@ static void *ci_monitor_main(void *arg)
         int count = atomic_load(&ci_state.device_count);
         for (int d = 0; d < count; d++)
             ci_monitor_record(&ci_monitor_devs[d], d, now);
+        if (tick % CI_MONITOR_FOOTPRINT_TICKS == 0)
+            ci_footprint_reconcile();
         ci_monitor_publish();
         if (tick % CI_MONITOR_CONTROL_TICKS == 0)
             for (int d = 0; d < count; d++)

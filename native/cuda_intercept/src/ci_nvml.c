@@ -1,17 +1,20 @@
 /*
- * ci_nvml.c — NVML as the monitor's source: the workload's SM utilisation
- * (nvmlDeviceGetProcessUtilization, whole-device rates as the fallback) and
- * the map from CUDA ordinals to NVML handles. The hooked
- * nvmlDeviceGetMemoryInfo(_v2) belongs to the memory limit (ci_memory.c); it
- * only asks this file which CUDA device a handle is.
+ * ci_nvml.c — NVML as a source: the workload's SM utilisation for the monitor
+ * (nvmlDeviceGetProcessUtilization, whole-device rates as the fallback), the device
+ * memory the driver reports for the footprint measurement (ci_footprint.c: the device's
+ * free memory, each process's used memory), and the map from CUDA ordinals to NVML
+ * handles. The hooked nvmlDeviceGetMemoryInfo(_v2) belongs to the memory limit
+ * (ci_memory.c); it only asks this file which CUDA device a handle is, and this file
+ * calls the real one.
  *
- * NVML is opened by the monitor thread only (never on a launch path). CUDA
- * ordinals map to NVML handles through the PCI bus id, falling back to the
- * index. The workload's processes are the active slots of the region (their
- * pid, or host_pid when the node agent filled it in). Depends on the lookup
- * (real dlsym, driver calls), the region and the log only.
+ * NVML is opened once, by whichever thread needs it first (the monitor thread, or a
+ * thread creating a CUDA context), never on a launch path. CUDA ordinals map to NVML
+ * handles through the PCI bus id, falling back to the index. The workload's processes are
+ * the active slots of the region (their pid, or host_pid when the node agent filled it
+ * in). Depends on the lookup (real dlsym, driver calls), the region and the log only.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,18 +30,25 @@ static struct {
     nvmlReturn_t (*process_util)(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *samples,
                                  unsigned int *count, unsigned long long last_seen);
     nvmlReturn_t (*util_rates)(nvmlDevice_t dev, nvmlUtilization_t *util);
+    nvmlReturn_t (*memory_info)(nvmlDevice_t dev, nvmlMemory_t *memory);
+    nvmlReturn_t (*processes)(nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos);
 } ci_nvml_fn;
 
 static nvmlDevice_t ci_nvml_handles[CI_MAX_DEVICES];
 static _Atomic int ci_nvml_count;
+static int ci_nvml_state; /* 0 not opened, 1 usable, -1 absent or unusable */
+static pthread_once_t ci_nvml_once = PTHREAD_ONCE_INIT;
 static nvmlProcessUtilizationSample_t ci_nvml_samples[CI_NVML_MAX_SAMPLES];
 
-int ci_nvml_start(int device_count)
+/* pthread_once body: loads and initialises NVML, maps every CUDA device (the count cuInit
+ * found) to its handle. */
+static void ci_nvml_do_open(void)
 {
+    ci_nvml_state = -1;
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (h == NULL) {
-        ci_debug("libnvidia-ml.so.1 not available: no utilisation feedback");
-        return -1;
+        ci_debug("libnvidia-ml.so.1 not available: no utilisation feedback, no footprint measurement");
+        return;
     }
 #define CI_NVML_RESOLVE(field, name) \
     ci_nvml_fn.field = (__typeof__(ci_nvml_fn.field))ci_lookup_real_dlsym(h, name)
@@ -47,12 +57,17 @@ int ci_nvml_start(int device_count)
     CI_NVML_RESOLVE(by_index_v2, "nvmlDeviceGetHandleByIndex_v2");
     CI_NVML_RESOLVE(process_util, "nvmlDeviceGetProcessUtilization");
     CI_NVML_RESOLVE(util_rates, "nvmlDeviceGetUtilizationRates");
+    CI_NVML_RESOLVE(memory_info, "nvmlDeviceGetMemoryInfo");
+    /* _v3 and _v2 fill the same 24-byte record; v1 (16 bytes) is not used. */
+    CI_NVML_RESOLVE(processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (ci_nvml_fn.processes == NULL)
+        CI_NVML_RESOLVE(processes, "nvmlDeviceGetComputeRunningProcesses_v2");
 #undef CI_NVML_RESOLVE
-    if (ci_nvml_fn.init_v2 == NULL || ci_nvml_fn.process_util == NULL ||
-        ci_nvml_fn.init_v2() != NVML_SUCCESS) {
-        ci_log("NVML present but unusable: compute limit runs without utilisation feedback");
-        return -1;
+    if (ci_nvml_fn.init_v2 == NULL || ci_nvml_fn.init_v2() != NVML_SUCCESS) {
+        ci_log("NVML present but unusable: no utilisation feedback, no footprint measurement");
+        return;
     }
+    int device_count = atomic_load(&ci_state.device_count);
     for (int d = 0; d < device_count && d < CI_MAX_DEVICES; d++) {
         char bus[64];
         nvmlDevice_t dev = NULL;
@@ -64,7 +79,51 @@ int ci_nvml_start(int device_count)
         ci_nvml_handles[d] = ok ? dev : NULL;
     }
     atomic_store(&ci_nvml_count, device_count);
+    ci_nvml_state = 1;
+}
+
+/* Handle of CUDA device `dev`, opening NVML first; NULL when there is none. */
+static nvmlDevice_t ci_nvml_handle(int dev)
+{
+    pthread_once(&ci_nvml_once, ci_nvml_do_open);
+    if (ci_nvml_state != 1 || dev < 0 || dev >= atomic_load(&ci_nvml_count))
+        return NULL;
+    return ci_nvml_handles[dev];
+}
+
+int ci_nvml_start(int device_count)
+{
+    (void)device_count; /* the map covers what cuInit found (ci_state.device_count) */
+    pthread_once(&ci_nvml_once, ci_nvml_do_open);
+    if (ci_nvml_state != 1)
+        return -1;
+    if (ci_nvml_fn.process_util == NULL) {
+        ci_log("NVML has no per-process utilisation: compute limit runs without feedback");
+        return -1;
+    }
     return 0;
+}
+
+int ci_nvml_device_free(int dev, uint64_t *free_bytes)
+{
+    nvmlDevice_t h = ci_nvml_handle(dev);
+    nvmlMemory_t m;
+    if (h == NULL || ci_nvml_fn.memory_info == NULL || ci_nvml_fn.memory_info(h, &m) != NVML_SUCCESS)
+        return -1;
+    *free_bytes = m.free;
+    return 0;
+}
+
+int ci_nvml_processes(int dev, nvmlProcessInfo_t *out, unsigned int max)
+{
+    nvmlDevice_t h = ci_nvml_handle(dev);
+    if (h == NULL || ci_nvml_fn.processes == NULL)
+        return -1;
+    unsigned int count = max;
+    nvmlReturn_t r = ci_nvml_fn.processes(h, &count, out);
+    if (r != NVML_SUCCESS || count > max)
+        return -1;
+    return (int)count;
 }
 
 int ci_nvml_cuda_index(nvmlDevice_t handle)

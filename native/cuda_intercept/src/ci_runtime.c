@@ -138,6 +138,9 @@ static void ci_runtime_child_after_fork(void)
     ci_signature_reset();
     ci_monitor_after_fork_child();
     ci_gputime_after_fork_child();
+    ci_footprint_after_fork_child();
+    ci_context_after_fork_child();
+    ci_graphmem_after_fork_child();
     atomic_store(&ci_state.slot, -1);
     atomic_store(&ci_state.cuinit_done, 0);
     atomic_store(&ci_runtime_ready, 0);

@@ -62,6 +62,17 @@ def test_forked_children_have_their_own_exited_records(native_build: NativeBuild
     assert parent.devices[0].memcpy_htod_bytes == 64 * 200 * 100
 
 
+def test_context_footprint_is_published_per_process(native_build: NativeBuild) -> None:
+    """footprint_two_processes: each process charged its own context (5 MiB + 12345 bytes);
+    the child exited holding it, the parent released it first."""
+    region = read_region(native_build.workspace("release", "footprint_two_processes") / FILE_NAME)
+    context = 5 * MiB + 12345
+    records = sorted((s.devices[0] for s in region.slots), key=lambda d: d.footprint_bytes)
+    assert [d.footprint_bytes for d in records] == [0, context]
+    assert all(d.memory_peak_bytes >= context for d in records)
+    assert region.memory_used_bytes(0) == 0 and region.active() == ()
+
+
 def test_throttled_run_publishes_bucket_and_utilisation(native_build: NativeBuild) -> None:
     region = read_region(native_build.workspace("release", "throttle_30_sm132") / FILE_NAME)
     assert region.header.compute_percent == 30
@@ -128,11 +139,12 @@ def test_python_writer_round_trips_and_matches_the_c_layout(tmp_path, native_bui
         5,
         pid=4242,
         host_pid=98765,
-        devices={1: DeviceRecord(memory_used_bytes=7, kernel_launches=3, sm_util_percent=42)},
+        devices={1: DeviceRecord(memory_used_bytes=7, kernel_launches=3, sm_util_percent=42, footprint_bytes=5)},
     )
     region = read_region(path)
     (active,) = region.active()
     assert active.host_pid == 98765 and active.active_devices()[1].sm_util_percent == 42
+    assert active.active_devices()[1].footprint_bytes == 5
     assert region.memory_used_bytes(1) == 7 and region.memory_used_bytes(0) == 0
 
 

@@ -3,8 +3,9 @@
 Every GPU process of a workload runs ``libalnair_cuda.so`` (``native/cuda_intercept``), which
 keeps one file per workload, ``$ALNAIR_WORKSPACE/cuda.region``: a 512-byte header (limits,
 workload id) and 128 fixed-size process slots, each with one 128-byte record per GPU (memory
-in use, kernel and graph launches, copy bytes by direction, tokens, throttled time, measured
-SM utilisation) plus the launch-sequence signature (iteration period). The node's exporter
+in use and the part of it that is the driver's footprint, kernel and graph launches, copy
+bytes by direction, tokens, throttled time, measured SM utilisation) plus the launch-sequence
+signature (iteration period). The node's exporter
 decodes it with this module and publishes CUDA samples on the bus.
 
 The byte layout is defined once, in ``native/cuda_intercept/include/ci_region_layout.h``;
@@ -47,7 +48,7 @@ __all__ = [
 
 FILE_NAME = "cuda.region"
 MAGIC = 0x31554341524E4C41  # b"ALNRACU1" little-endian
-LAYOUT_VERSION = 2  # 2: DeviceRecord.sm_util_source (was a reserved word)
+LAYOUT_VERSION = 3  # 2: DeviceRecord.sm_util_source; 3: DeviceRecord.footprint_bytes (reserved words)
 MAX_DEVICES = 16
 MAX_SLOTS = 128
 HEADER_BYTES = 512
@@ -62,8 +63,8 @@ LIMITS_SOURCES = {0: "none", 1: "env", 2: "file"}
 
 # header bytes 0..128; the mutex (128..192) and reserved words are not decoded
 HEADER_STRUCT = struct.Struct("<QIIIIIIQQQII64s")
-# one device record: 13 x 64-bit, sm_util_percent, sm_util_source, 16 reserved bytes
-DEVICE_STRUCT = struct.Struct("<QQQQQQQQQQqQQII16x")
+# one device record: 13 x 64-bit, sm_util_percent, sm_util_source, footprint_bytes, 8 reserved
+DEVICE_STRUCT = struct.Struct("<QQQQQQQQQQqQQIIQ8x")
 # slot head: seq, state, pid, host_pid, start ticks, updated, signature, period, period ns, iters
 SLOT_HEAD_STRUCT = struct.Struct("<IIiiQQQQQQ")
 # (seq, state) of every slot at once: a reader polling many regions per second decodes only
@@ -117,6 +118,10 @@ class DeviceRecord:
     # where that sample came from: "gputime" (the interceptor's event-timed GPU time),
     # or a fallback, "nvml" (per-process), "nvml-device" (whole device), "open-loop"
     sm_util_source: str | None = None
+    # the part of memory_used_bytes no allocation call made: the process's CUDA contexts,
+    # module images, the driver's padding (measured through NVML; counted against the limit).
+    # An exited process's record keeps its last value (memory_used_bytes is zeroed).
+    footprint_bytes: int = 0
 
     @property
     def idle(self) -> bool:
@@ -220,6 +225,7 @@ def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
         *values[:13],
         sm_util_percent=None if sm_util == UNKNOWN_U32 else sm_util,
         sm_util_source=UTIL_SOURCES.get(source, f"unknown({source})") if source else None,
+        footprint_bytes=values[15],
     )
 
 
@@ -251,7 +257,7 @@ def _slot_seqs(data: bytes | memoryview) -> list[tuple[int, int]]:
 
 
 def decode_region(data: bytes | memoryview) -> Region:
-    """Decode a region snapshot. Raises :class:`RegionFormatError` on anything but layout 1."""
+    """Decode a region snapshot. Raises :class:`RegionFormatError` on any other layout version."""
     header = _decode_header(data)
     used = [i for i, (_, state) in enumerate(_slot_seqs(data)) if state]
     slots = tuple(s for i in used if (s := _decode_slot(data, i)) is not None)

@@ -35,6 +35,9 @@ void fakecuda_clock_sleep_ns(uint64_t ns);
 /* +1: a thread about to be created takes part in the virtual clock from now on (its
  * first clock call claims the place); -1: it was not created after all. */
 void fakecuda_clock_thread_spawn(int delta);
+/* Contexts the process has (primary ones retained + created): fake NVML lists the process
+ * only while it has one. */
+int fakecuda_contexts(void);
 /* Sets the device cuCtxGetDevice reports for the calling thread. */
 void fakecuda_set_device(int dev);
 

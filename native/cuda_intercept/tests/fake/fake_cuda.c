@@ -7,14 +7,17 @@
  * cuGetProcAddress_v2 by (name, version, per-thread flag) like the real
  * driver, counts calls per exported symbol and keeps fake device memory. The
  * simulated GPU (kernel time, utilisation samples for fake NVML, streams and
- * events) is fake_gpu.c.
+ * events) is fake_gpu.c; contexts, arrays and inter-process handles fake_objects.c;
+ * graphs, stream capture and the graph memory pool fake_graph.c.
  *
  * Environment: FAKECUDA_DEVICES (1), FAKECUDA_TOTAL_MEM (16 GiB),
  * FAKECUDA_SMS (132), FAKECUDA_WAVE_NS (20000: one wave of blocks),
  * FAKECUDA_GRAPH_NS (200000), FAKENVML_SAMPLE_MS (50), FAKENVML_UTIL (fixed
  * utilisation override), FAKECUDA_SHARED_GPU (a file: processes naming it
  * share one GPU), FAKECUDA_CAPTURING (streams report a capture), FAKECUDA_VIRTUAL_TIME
- * (virtual time: fake_clock.c), FAKECUDA_BENCH (free launches, no counting).  Control
+ * (virtual time: fake_clock.c), FAKECUDA_BENCH (free launches, no counting),
+ * FAKECUDA_CTX_BYTES (device memory a context takes, 0), FAKECUDA_LAZY_IMAGE_BYTES (taken
+ * once, at the first kernel launch: a lazily loaded module image, 0).  Control
  * API: fakecuda_* (fake_control.h).
  */
 #include <pthread.h>
@@ -140,6 +143,33 @@ static CUresult mem_remove(uint64_t key)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult fake_mem_take(uint64_t bytes)
+{
+    pthread_mutex_lock(&mem_lock);
+    uint64_t total = env_u64("FAKECUDA_TOTAL_MEM", 16ull << 30);
+    CUresult r = mem_used_bytes + bytes > total ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        mem_used_bytes += bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return r;
+}
+
+void fake_mem_give(uint64_t bytes)
+{
+    pthread_mutex_lock(&mem_lock);
+    mem_used_bytes -= bytes < mem_used_bytes ? bytes : mem_used_bytes;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+uint64_t fake_next_address(uint64_t bytes)
+{
+    pthread_mutex_lock(&mem_lock);
+    uint64_t p = mem_next;
+    mem_next += (bytes + 511) & ~511ull;
+    pthread_mutex_unlock(&mem_lock);
+    return p;
+}
+
 static CUresult fake_alloc(CUdeviceptr *dptr, size_t bytes)
 {
     if (dptr == NULL || bytes == 0)
@@ -217,12 +247,15 @@ F(cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pitch, size_t width, size_t he
     *pitch = (width + 511) & ~(size_t)511;
     return fake_alloc(dptr, *pitch * height);
 }
-#define ASYNC_ALLOC(name) F(name, (CUdeviceptr *dptr, size_t bytes, CUstream s)) { (void)s; count_call(#name); return fake_alloc(dptr, bytes); }
-ASYNC_ALLOC(cuMemAllocAsync)
-ASYNC_ALLOC(cuMemAllocAsync_ptsz)
-#define POOL_ALLOC(name) F(name, (CUdeviceptr *dptr, size_t bytes, CUmemoryPool p, CUstream s)) { (void)p; (void)s; count_call(#name); return fake_alloc(dptr, bytes); }
-POOL_ALLOC(cuMemAllocFromPoolAsync)
-POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
+/* On a capturing stream (fake_graph.c) an asynchronous allocation is a memory node of the
+ * captured graph: an address, no memory. */
+#define PT_STREAM(s, pt) ((pt) && (s) == NULL ? CU_STREAM_PER_THREAD : (s)) /* _ptsz: 0 is per-thread */
+#define ASYNC_ALLOC(name, pt) F(name, (CUdeviceptr *dptr, size_t bytes, CUstream s)) { count_call(#name); return fake_capture_alloc(PT_STREAM(s, pt), dptr, bytes) ? CUDA_SUCCESS : fake_alloc(dptr, bytes); }
+ASYNC_ALLOC(cuMemAllocAsync, 0)
+ASYNC_ALLOC(cuMemAllocAsync_ptsz, 1)
+#define POOL_ALLOC(name, pt) F(name, (CUdeviceptr *dptr, size_t bytes, CUmemoryPool p, CUstream s)) { (void)p; count_call(#name); return fake_capture_alloc(PT_STREAM(s, pt), dptr, bytes) ? CUDA_SUCCESS : fake_alloc(dptr, bytes); }
+POOL_ALLOC(cuMemAllocFromPoolAsync, 0)
+POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz, 1)
 F(cuMemFree_v2, (CUdeviceptr dptr)) { count_call("cuMemFree_v2"); return fake_free(dptr); }
 #define ASYNC_FREE(name) F(name, (CUdeviceptr dptr, CUstream s)) { (void)s; count_call(#name); return fake_free(dptr); }
 ASYNC_FREE(cuMemFreeAsync)
@@ -239,7 +272,7 @@ F(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocat
         *h = key;
     return r;
 }
-F(cuMemRelease, (CUmemGenericAllocationHandle h)) { count_call("cuMemRelease"); return fake_free(h); }
+F(cuMemRelease, (CUmemGenericAllocationHandle h)) { count_call("cuMemRelease"); return fake_import_release(h) ? CUDA_SUCCESS : fake_free(h); }
 F(cuMemGetInfo_v2, (size_t *free_bytes, size_t *total_bytes))
 {
     count_call("cuMemGetInfo_v2");
@@ -250,9 +283,17 @@ F(cuMemGetInfo_v2, (size_t *free_bytes, size_t *total_bytes))
 }
 F(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev)) { (void)dev; count_call("cuDeviceTotalMem_v2"); *bytes = env_u64("FAKECUDA_TOTAL_MEM", 16ull << 30); return CUDA_SUCCESS; }
 
+/* FAKECUDA_LAZY_IMAGE_BYTES: the first launch loads a module image (lazy loading). */
+static void fake_lazy_image(void)
+{
+    static int loaded;
+    if (!__atomic_exchange_n(&loaded, 1, __ATOMIC_ACQ_REL) && env_u64("FAKECUDA_LAZY_IMAGE_BYTES", 0))
+        fake_mem_take(env_u64("FAKECUDA_LAZY_IMAGE_BYTES", 0));
+}
+
 #define LAUNCH(name) \
     F(name, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, CUstream s, void **p, void **e)) \
-    { (void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e; count_call(#name); gpu_launch((uint64_t)gx * gy * gz); return CUDA_SUCCESS; }
+    { (void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e; count_call(#name); fake_lazy_image(); gpu_launch((uint64_t)gx * gy * gz); return CUDA_SUCCESS; }
 LAUNCH(cuLaunchKernel)
 LAUNCH(cuLaunchKernel_ptsz)
 #define LAUNCH_EX(name) \
@@ -265,7 +306,7 @@ LAUNCH_EX(cuLaunchKernelEx_ptsz)
     { (void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; count_call(#name); gpu_launch((uint64_t)gx * gy * gz); return CUDA_SUCCESS; }
 LAUNCH_COOP(cuLaunchCooperativeKernel)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
-#define GRAPH(name) F(name, (CUgraphExec g, CUstream s)) { (void)g; (void)s; count_call(#name); gpu_submit(env_u64("FAKECUDA_GRAPH_NS", 200000)); return CUDA_SUCCESS; }
+#define GRAPH(name) F(name, (CUgraphExec g, CUstream s)) { (void)s; count_call(#name); fake_graph_launch(g); gpu_submit(env_u64("FAKECUDA_GRAPH_NS", 200000)); return CUDA_SUCCESS; }
 GRAPH(cuGraphLaunch)
 GRAPH(cuGraphLaunch_ptsz)
 
@@ -380,6 +421,8 @@ static const struct entry table[] = {
     E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
     E(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1),
     E(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0),
+    FAKE_OBJECT_ENTRIES
+    FAKE_GRAPH_ENTRIES
 };
 
 /* Like the driver: the newest ABI of `symbol` not newer than `version`, the

@@ -417,14 +417,16 @@ static CUresult stream_query(void)
 }
 F(cuStreamQuery, (CUstream s)) { (void)s; count_call("cuStreamQuery"); return stream_query(); }
 F(cuStreamQuery_ptsz, (CUstream s)) { (void)s; count_call("cuStreamQuery_ptsz"); return stream_query(); }
-/* FAKECUDA_CAPTURING=1: every stream reports an active capture. */
-static CUresult stream_capturing(CUstreamCaptureStatus *st)
+/* FAKECUDA_CAPTURING=1: every stream reports an active capture; otherwise the streams
+ * that cuStreamBeginCapture put in capture mode (fake_graph.c). */
+static CUresult stream_capturing(CUstream s, CUstreamCaptureStatus *st)
 {
-    *st = env_u64("FAKECUDA_CAPTURING", 0) ? 1 : CU_STREAM_CAPTURE_STATUS_NONE;
+    *st = env_u64("FAKECUDA_CAPTURING", 0) || fake_capturing(s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                                 : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
-F(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *st)) { (void)s; count_call("cuStreamIsCapturing"); return stream_capturing(st); }
-F(cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus *st)) { (void)s; count_call("cuStreamIsCapturing_ptsz"); return stream_capturing(st); }
+F(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *st)) { count_call("cuStreamIsCapturing"); return stream_capturing(s, st); }
+F(cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus *st)) { count_call("cuStreamIsCapturing_ptsz"); return stream_capturing(s == NULL ? CU_STREAM_PER_THREAD : s, st); }
 F(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode))
 {
     count_call("cuThreadExchangeStreamCaptureMode");

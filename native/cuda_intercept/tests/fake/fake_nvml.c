@@ -2,7 +2,10 @@
  * fake_nvml.c — a fake libnvidia-ml.so.1 for the tests. Devices and memory
  * come from the fake libcuda; per-process utilisation samples come from its
  * simulated GPU timeline and name the calling process (plus FAKENVML_PID_OFFSET,
- * to imitate a pid namespace).
+ * to imitate a pid namespace). The process list (nvmlDeviceGetComputeRunningProcesses)
+ * names the calling process (with that offset) while it has a fake context, with the fake
+ * device memory it holds as its used memory; FAKENVML_NO_PROCESS_MEMORY=1 makes it
+ * NVML_ERROR_NOT_SUPPORTED (as under MIG without privileges).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +69,35 @@ N(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t dev, nvmlMemory_v2_t *m))
     m->used = fakecuda_used_bytes();
     m->free = m->total - m->used - m->reserved;
     return NVML_SUCCESS;
+}
+
+static nvmlReturn_t fake_processes(unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    if (getenv("FAKENVML_NO_PROCESS_MEMORY") && atoi(getenv("FAKENVML_NO_PROCESS_MEMORY")))
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = fakecuda_contexts() > 0 ? 1 : 0;
+    if (*count < n || (n > 0 && infos == NULL)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    if (n > 0) {
+        const char *off = getenv("FAKENVML_PID_OFFSET");
+        memset(&infos[0], 0, sizeof infos[0]);
+        infos[0].pid = (unsigned)getpid() + (off ? (unsigned)atoi(off) : 0);
+        infos[0].usedGpuMemory = fakecuda_used_bytes();
+    }
+    return NVML_SUCCESS;
+}
+N(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos))
+{
+    (void)dev;
+    return fake_processes(count, infos);
+}
+N(nvmlDeviceGetComputeRunningProcesses_v2, (nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos))
+{
+    (void)dev;
+    return fake_processes(count, infos);
 }
 
 N(nvmlDeviceGetProcessUtilization, (nvmlDevice_t dev, nvmlProcessUtilizationSample_t *out,

@@ -76,7 +76,7 @@ def encode_device(record: DeviceRecord) -> bytes:
     """The 128 bytes of one device record."""
     values = astuple(record)
     sm = UNKNOWN_U32 if values[13] is None else values[13]
-    return DEVICE_STRUCT.pack(*values[:13], sm, 0)
+    return DEVICE_STRUCT.pack(*values[:13], sm, 0, record.footprint_bytes)
 
 
 class RegionWriter:
