@@ -67,6 +67,21 @@ static const struct expect cases[] = {
     {"cuMemcpy2D", 12000, 2, "cuMemcpy2D_v2_ptds"},
     {"cuMemcpy3DAsync", 12000, 0, "cuMemcpy3DAsync_v2"},
     {"cuMemcpyPeerAsync", 12000, 2, "cuMemcpyPeerAsync_ptsz"},
+    /* contexts, arrays, graphs: the variants the H200's driver (580) hands out */
+    {"cuDevicePrimaryCtxRetain", 12000, 0, "cuDevicePrimaryCtxRetain"},
+    {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2"},
+    {"cuCtxCreate", 11000, 0, "cuCtxCreate_v2"},
+    {"cuCtxCreate", 12000, 0, "cuCtxCreate_v3"},
+    {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
+    {"cuCtxDestroy", 12000, 0, "cuCtxDestroy_v2"},
+    {"cuArrayCreate", 12000, 0, "cuArrayCreate_v2"},
+    {"cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2"},
+    {"cuMipmappedArrayCreate", 12000, 0, "cuMipmappedArrayCreate"},
+    {"cuGraphInstantiate", 12000, 0, "cuGraphInstantiate_v2"},
+    {"cuGraphInstantiateWithFlags", 12000, 0, "cuGraphInstantiateWithFlags"},
+    {"cuGraphInstantiateWithParams", 12000, 2, "cuGraphInstantiateWithParams_ptsz"},
+    {"cuGraphExecDestroy", 12000, 0, "cuGraphExecDestroy"},
+    {"cuDeviceGraphMemTrim", 12000, 0, "cuDeviceGraphMemTrim"},
 };
 
 static void check_proc_address_table(void *gpa, int is_v2)
