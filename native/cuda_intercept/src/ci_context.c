@@ -35,7 +35,10 @@ typedef CUresult (*ci_destroy_fn)(CUcontext);
 static pthread_mutex_t ci_context_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ci_context_primary_refs[CI_MAX_DEVICES];       /* this process's retains (lock) */
 static uint64_t ci_context_primary_bytes[CI_MAX_DEVICES]; /* their context's charge (lock) */
-static __thread int ci_context_depth; /* > 0 inside a measured creation on this thread */
+/* The thread holding ci_context_lock (0: none): a call from inside a creation on that
+ * thread must not wait for itself. No thread-local storage: that would make the library
+ * need the dynamic loader's __tls_get_addr. */
+static _Atomic uintptr_t ci_context_owner;
 
 static bool ci_context_dev_ok(CUdevice dev)
 {
@@ -47,17 +50,20 @@ static bool ci_context_dev_ok(CUdevice dev)
  * way the lock is held until ci_context_leave. */
 static bool ci_context_enter(void)
 {
-    if (ci_context_depth++ > 0)
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (atomic_load(&ci_context_owner) == self)
         return false;
     pthread_mutex_lock(&ci_context_lock);
+    atomic_store(&ci_context_owner, self);
     return true;
 }
 
 static void ci_context_leave(bool taken)
 {
-    ci_context_depth--;
-    if (taken)
-        pthread_mutex_unlock(&ci_context_lock);
+    if (!taken)
+        return;
+    atomic_store(&ci_context_owner, 0);
+    pthread_mutex_unlock(&ci_context_lock);
 }
 
 CUresult ci_on_primary_ctx_retain(void *real, CUcontext *pctx, CUdevice dev)
@@ -187,5 +193,5 @@ void ci_context_after_fork_child(void)
         ci_context_primary_refs[d] = 0;
         ci_context_primary_bytes[d] = 0;
     }
-    ci_context_depth = 0;
+    atomic_store(&ci_context_owner, 0);
 }
