@@ -50,6 +50,7 @@ static bool ci_context_dev_ok(CUdevice dev)
  * way the lock is held until ci_context_leave. */
 static bool ci_context_enter(void)
 {
+    ci_nvml_prepare(); /* its dlopen takes the loader's lock: never under ours */
     uintptr_t self = (uintptr_t)pthread_self();
     if (atomic_load(&ci_context_owner) == self)
         return false;

@@ -407,6 +407,9 @@ int ci_nvml_workload_util(int dev, uint64_t *last_seen_us, double *util, int *ot
 int ci_nvml_cuda_index(nvmlDevice_t handle);
 /* Whole-device utilisation (percent) as a conservative fallback, -1 on error. */
 int ci_nvml_device_util(int dev, double *util);
+/* Opens NVML now (once per process), so that a caller about to take a lock does not
+ * dlopen under it. */
+void ci_nvml_prepare(void);
 /* The device's free memory as the driver reports it (the real nvmlDeviceGetMemoryInfo,
  * not the limit's view). Opens NVML on first use (any thread). 0, or -1 without NVML. */
 int ci_nvml_device_free(int dev, uint64_t *free_bytes);

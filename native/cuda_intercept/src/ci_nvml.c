@@ -82,6 +82,11 @@ static void ci_nvml_do_open(void)
     ci_nvml_state = 1;
 }
 
+void ci_nvml_prepare(void)
+{
+    pthread_once(&ci_nvml_once, ci_nvml_do_open);
+}
+
 /* Handle of CUDA device `dev`, opening NVML first; NULL when there is none. */
 static nvmlDevice_t ci_nvml_handle(int dev)
 {
