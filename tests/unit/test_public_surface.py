@@ -42,8 +42,9 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "alnair_lifecycle": [
         "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PlanChanges",
-        "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "expired", "forget_expired", "is_after",
-        "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"
+        "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "WORKER_ENV", "expired", "forget_expired",
+        "is_after", "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command",
+        "worker_labels"
     ],
     "alnair_dataset": [
         "AccessDeniedError", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples", "CapacityError",

@@ -4,7 +4,8 @@ Linear regression on a fixed synthetic data set. Every step takes the same globa
 split evenly among the ranks, and sums the ranks' gradients, so the trajectory is the same
 for any world size (1, 2, 3, 4, 6 ranks): a run that lost and regained workers must end
 within float rounding of an undisturbed one. Rank 0 checkpoints every CKPT_EVERY steps
-(atomically) to ``$CKPT_DIR`` and appends ``<step> <world size>`` to ``steps.log`` there; a
+(atomically) to ``$CKPT_DIR`` and appends ``<step> <world size> <unix time>`` to ``steps.log``
+there; a
 restarted world resumes from the checkpoint. Each rank writes its newest step to
 ``$ALNAIR_PROGRESS_FILE`` (what the local agent relays). At the end rank 0 writes ``final.pt``.
 
@@ -61,7 +62,7 @@ def main() -> None:
         time.sleep(pause)
         if rank == 0:
             with open(ckpt_dir / "steps.log", "a") as f:
-                f.write(f"{step} {world}\n")
+                f.write(f"{step} {world} {time.time():.3f}\n")
             if step % every == 0:
                 torch.save({"model": model.state_dict(), "step": step}, ckpt_dir / "checkpoint.tmp")
                 os.replace(ckpt_dir / "checkpoint.tmp", ckpt)

@@ -14,6 +14,7 @@ from ._worker_plans import (
     JOB_LABEL,
     JOB_NAMESPACE_LABEL,
     RENDEZVOUS_LABEL,
+    WORKER_ENV,
     PlanChanges,
     plan_changes,
     torchrun_command,
@@ -21,5 +22,5 @@ from ._worker_plans import (
 )
 
 __all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "RENDEZVOUS_LABEL", "TERMINAL",
-           "LifecyclePublisher", "PlanChanges", "Retention", "expired", "forget_expired", "is_after",
+           "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV", "expired", "forget_expired", "is_after",
            "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"]

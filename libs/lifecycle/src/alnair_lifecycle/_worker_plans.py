@@ -39,6 +39,12 @@ KEEP_ALIVE_SECONDS = 2
 KEEP_ALIVE_ATTEMPTS = 3
 
 
+# Set in every worker's environment. torchrun (2.15) otherwise keeps the store address its
+# rank 0 published in the first round and never publishes it again, so a worker that joins a
+# running job (a scale-up, a replacement after a failure) waits forever for it.
+WORKER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 @dataclass(frozen=True)
 class PlanChanges:
     """What an adapter does for one plan: stop these live workers, then create ``create``."""

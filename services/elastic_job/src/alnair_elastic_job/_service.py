@@ -52,7 +52,7 @@ from alnair_common import (
 )
 
 from . import _metrics
-from ._allocator import FreeCard
+from ._allocator import FreeCard, Hysteresis
 from ._capacity import ALLOCATIONS_BUCKET, INVENTORY_BUCKET, free_cards
 from ._controller import Controller, TrackedJob, job_key, worker_actions
 from ._errors import ElasticJobError
@@ -67,6 +67,12 @@ class ElasticJobSettings(ServiceSettings):
                                  description="Prefix of this controller's durable consumer names")
     tick_seconds: float = Field(1.0, gt=0, le=60,
                                 description="How often timeouts are checked and capacity divided")
+    rescale_interval_seconds: float = Field(
+        300.0, ge=0, le=86400, description="A running job whose size changed less than this long "
+                                           "ago keeps it (each rescale restarts its trainers)")
+    rescale_min_gain: float = Field(
+        0.1, ge=0, le=10, description="Running jobs are resized only if that raises cluster goodput "
+                                      "by this share over keeping their sizes")
 
 
 class ElasticJobService(Service):
@@ -86,7 +92,8 @@ class ElasticJobService(Service):
                  capacity: Callable[[], Iterable[FreeCard] | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(settings)
-        self.controller = Controller()
+        s: ElasticJobSettings = settings  # type: ignore[assignment]
+        self.controller = Controller(Hysteresis(s.rescale_min_gain, s.rescale_interval_seconds))
         self.capacity = capacity
         self.clock = clock
         self._lock = asyncio.Lock()

@@ -26,7 +26,7 @@ from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publi
 from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
-from alnair_lifecycle import JOB_LABEL, LifecyclePublisher
+from alnair_lifecycle import JOB_LABEL, WORKER_ENV, LifecyclePublisher
 
 from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
@@ -133,6 +133,7 @@ class Agent:
         env = workload_env(self._environment(submission, workspace), share,
                            workspace=workspace, interceptor=self.interceptor)
         if JOB_LABEL in submission.labels:  # a training job's worker reports its steps there
+            env.update(WORKER_ENV)
             env[PROGRESS_ENV] = str(workspace.path / "progress")
         try:
             process = await launch(submission, env, workspace)

@@ -1,0 +1,159 @@
+"""Driving a training job in local mode as a user does: `alnair up` on simulated GPUs,
+`alnair job submit` from a shell with torch on its PATH, the job's state read from the bus.
+
+Shared by the end-to-end tests and ``services/elastic_job/bench/recovery_bench.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from alnair.v1 import job_pb2
+from alnair_cli._job import history, records
+from alnair_cli._platform import BusTarget, PlatformInfo
+from alnair_common.natsd import free_port
+from alnair_common.testing import wait_until
+
+ALNAIR = [sys.executable, "-m", "alnair_cli"]
+SCRIPT = Path(__file__).with_name("train_elastic.py")
+CKPT_EVERY = 5
+P = job_pb2
+JOB = """
+apiVersion: alnair.centaurus.io/v1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  launcher: torch-elastic
+  command: [{python}, {script}]
+  minReplicas: {min}
+  maxReplicas: {max}
+  worker: {{gpuMemoryGiB: 8, gpuComputePercent: {compute}}}
+  restartPolicy: {{maxRestarts: {restarts}, backoffSeconds: 1, maxBackoffSeconds: 5}}
+  deadlines: {{schedulingTimeoutSeconds: 120, rendezvousTimeoutSeconds: 60}}
+"""
+
+
+@dataclass
+class Platform:
+    data_dir: Path
+    work: Path
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*ALNAIR, *args, "--data-dir", str(self.data_dir)], capture_output=True,
+                              text=True, timeout=60, env={**(env or os.environ), "COLUMNS": "250"})
+
+    def on_bus(self, work):  # type: ignore[no-untyped-def]
+        async def run():  # type: ignore[no-untyped-def]
+            info = PlatformInfo.read(self.data_dir)
+            assert info is not None
+            bus = await BusTarget.find(self.data_dir, info.nats_url).connect()
+            try:
+                return await work(bus)
+            finally:
+                await bus.drain()
+        return asyncio.run(run())
+
+    def submit(self, name: str, *, ckpt: Path, steps: int, step_sleep: float, min_replicas: int,
+               max_replicas: int, compute: int = 30, restarts: int = 50) -> None:
+        spec = self.work / f"{name}.yaml"
+        spec.write_text(JOB.format(name=name, python=sys.executable, script=SCRIPT, min=min_replicas,
+                                   max=max_replicas, compute=compute, restarts=restarts))
+        env = {**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(steps), "STEP_SLEEP": str(step_sleep),
+               "CKPT_EVERY": str(CKPT_EVERY), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        done = self.cli("job", "submit", str(spec), env=env)
+        assert done.returncode == 0, done.stderr
+
+    def record(self, name: str) -> job_pb2.TrainingJobRecord | None:
+        found = [r for r in self.on_bus(records) if r.state.spec.name == name]
+        return found[0] if found else None
+
+    def transitions(self, name: str) -> list[tuple[int, int]]:
+        """(phase, world size) of every published state, oldest first."""
+        return [(s.phase, s.replicas) for s in self.on_bus(lambda bus: history(bus, name, "default"))]
+
+    def running_with(self, name: str, n: int, *, after_step: int = 0, restarts: int = 0,
+                     ) -> Callable[[], job_pb2.TrainingJobRecord | None]:
+        def probe() -> job_pb2.TrainingJobRecord | None:
+            r = self.record(name)
+            ok = (r is not None and r.state.phase == P.JOB_PHASE_RUNNING and r.state.replicas == n
+                  and r.step > after_step and r.state.restarts >= restarts)
+            return r if ok else None
+        return probe
+
+    def finished(self, name: str, timeout: float) -> job_pb2.TrainingJobRecord:
+        def probe() -> job_pb2.TrainingJobRecord | None:
+            r = self.record(name)
+            return r if r is not None and r.state.phase in (P.JOB_PHASE_SUCCEEDED, P.JOB_PHASE_FAILED) else None
+        return wait_until(probe, timeout=timeout, interval=1.0, what=f"job {name} finished")
+
+    def worker_pid(self, uid: str) -> int:
+        """The worker's torchrun (what a crashed node loses)."""
+        return int((self.data_dir / "workloads" / uid / "child.pid").read_text())
+
+    def rendezvous_host_pid(self, name: str) -> int | None:
+        for pid_file in (self.data_dir / "jobs" / f"default.{name}" / "rendezvous").glob("*/pid"):
+            pid = int(pid_file.read_text().split()[0])
+            if Path(f"/proc/{pid}").exists():
+                return pid
+        return None
+
+    def nats_violations(self) -> list[str]:
+        return [ln for ln in (self.data_dir / "logs" / "nats-server.log").read_text().splitlines()
+                if "Violation" in ln]
+
+
+@contextlib.contextmanager
+def local_platform(work: Path, gpus: str, env: dict[str, str] | None = None) -> Iterator[Platform]:
+    """`alnair up` with simulated GPUs; everything it and its workloads started is gone after."""
+    data_dir = work / "alnair"
+    up = subprocess.Popen([*ALNAIR, "up", "--data-dir", str(data_dir), "--port", str(free_port()),
+                           "--gpus", gpus], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+    platform = Platform(data_dir, work)
+    try:
+        wait_until(lambda: platform.cli("status", "--json").returncode == 0, timeout=150,
+                   interval=1.0, what="every service ready")
+        yield platform
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        for workspace in (data_dir / "workloads").glob("*"):  # workers outlive `alnair up`
+            pid_file = workspace / "pid"
+            if pid_file.exists() and not (workspace / "exit_code").exists():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        for pid_file in (data_dir / "jobs").glob("*/rendezvous/*/pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+
+
+def steps(ckpt: Path) -> list[tuple[int, int, float]]:
+    """(step, world size, unix time) of every step rank 0 finished, in order."""
+    try:
+        lines = (ckpt / "steps.log").read_text().splitlines()
+    except OSError:
+        return []
+    return [(int(f[0]), int(f[1]), float(f[2])) for f in (line.split() for line in lines) if len(f) == 3]
+
+
+def undisturbed(ckpt: Path, total: int) -> Path:
+    """The same job on one rank, never interrupted; the directory with its final.pt."""
+    ckpt.mkdir(parents=True)
+    began = time.monotonic()
+    subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node=1",
+                    "--no-python", sys.executable, str(SCRIPT)], check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(total), "STEP_SLEEP": "0"})
+    (ckpt / "seconds").write_text(f"{time.monotonic() - began:.3f}\n")
+    return ckpt
