@@ -18,6 +18,7 @@ from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common.annotations import GPU_ASSIGNMENT
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
+from alnair_lifecycle import JOB_LABEL
 
 VGPU_MEMORY = "alnair/vgpu-memory"
 VGPU_COMPUTE = "alnair/vgpu-compute"
@@ -25,9 +26,12 @@ Obj = dict[str, Any]
 
 
 def is_alnair_pod(pod: Obj, scheduler_name: str) -> bool:
-    """Pods that name Alnair's scheduler or request an ``alnair/*`` resource."""
+    """Pods that name Alnair's scheduler, request an ``alnair/*`` resource, or are a training
+    job's workers (those on whole cards are placed by the default scheduler)."""
     spec = pod.get("spec") or {}
     if spec.get("schedulerName") == scheduler_name:
+        return True
+    if JOB_LABEL in ((pod.get("metadata") or {}).get("labels") or {}):
         return True
     for container in _containers(spec):
         resources = container.get("resources") or {}

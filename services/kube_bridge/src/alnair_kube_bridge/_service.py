@@ -1,7 +1,9 @@
 """kube-bridge: Kubernetes ↔ bus.
 
 Watches Alnair's pods and PodGroups and publishes their lifecycle; carries out bind
-decisions and commands from the bus. Safe to run twice: both copies compute the same
+decisions and commands from the bus, and training jobs' WorkerPlans (their worker pods,
+rendezvous and PodGroups: ``_job_workers``), relaying their rendezvous rounds
+(``_job_rounds``). Safe to run twice: both copies compute the same
 event ids and compare-and-set the same records (duplicates are dropped), and the command
 consumers are shared durables (each command reaches one copy).
 """
@@ -17,12 +19,14 @@ from typing import Any, ClassVar
 
 from kubernetes import client as k8s
 
-from alnair.v1 import commands_pb2, scheduling_pb2
+from alnair.v1 import commands_pb2, job_pb2, scheduling_pb2
 from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
 from alnair_lifecycle import LifecyclePublisher
 
 from ._binder import Binder
 from ._commands import Commands
+from ._job_rounds import RoundsRelay
+from ._job_workers import JobWorkers
 from ._kube_client import api_client
 from ._lanes import drain
 from ._nodes import NodeEvents
@@ -37,8 +41,8 @@ Item = Synced | Changed
 class KubeBridgeService(Service):
     name = "kube-bridge"
     role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events, deleted nodes "
-            "→ inventories retracted; bind decisions and annotate/event/status commands → "
-            "Kubernetes API")
+            "→ inventories retracted; bind decisions, annotate/event/status commands and "
+            "training jobs' worker plans → Kubernetes API; rendezvous rounds → the bus")
     settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
     # Not leader-elected: replicas are safe side by side (tests/integration/kube_bridge/
     # test_kb_replicas.py) — every publish is de-duplicated by its message id and the
@@ -53,6 +57,7 @@ class KubeBridgeService(Service):
         self._synced: set[str] = set()
         self.api: k8s.ApiClient | None = None
         self.binder: Binder | None = None
+        self.rounds: RoundsRelay | None = None
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -97,6 +102,14 @@ class KubeBridgeService(Service):
             await self.consume(DurableConsumer(
                 self.bus, stream="COMMANDS", durable=durable, subject=subject,
                 message_type=message_type, handler=handler))
+        workers = JobWorkers(self.api, namespace=ns, scheduler_name=s.scheduler_name)
+        await self.consume(DurableConsumer(
+            self.bus, stream="COMMANDS", durable="kube-bridge-workers",
+            subject=subjects.wildcard("alnair.cmd.workers.<name>"), message_type=job_pb2.WorkerPlan,
+            handler=workers.on_plan))
+        self.rounds = RoundsRelay(self.bus, self.api, namespace=ns,
+                                  every_seconds=s.rendezvous_relay_seconds)
+        self.spawn(self.rounds.run(), name="rendezvous-rounds")
 
     def _watch(self, kind: str, list_call: Callable[..., Any],
                handle: Callable[[Item], Awaitable[None]], *, lanes: int = 1) -> None:

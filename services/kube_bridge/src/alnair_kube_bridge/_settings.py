@@ -32,3 +32,7 @@ class KubeBridgeSettings(ServiceSettings):
         32, ge=1, le=256,
         description="Pods whose watch events are turned into workload events at once (each "
                     "pod's in order); 1 handles every pod's events strictly in watch order")
+    rendezvous_relay_seconds: float = Field(
+        1.0, gt=0, le=60,
+        description="How often the logs of training jobs' rendezvous pods are read for closed "
+                    "rounds (one list and one log read per running gang each time)")
