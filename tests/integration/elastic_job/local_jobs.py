@@ -63,12 +63,14 @@ class Platform:
         return asyncio.run(run())
 
     def submit(self, name: str, *, ckpt: Path, steps: int, step_sleep: float, min_replicas: int,
-               max_replicas: int, compute: int = 30, restarts: int = 50) -> None:
+               max_replicas: int, compute: int = 30, restarts: int = 50,
+               env: dict[str, str] | None = None) -> None:
         spec = self.work / f"{name}.yaml"
         spec.write_text(JOB.format(name=name, python=sys.executable, script=SCRIPT, min=min_replicas,
                                    max=max_replicas, compute=compute, restarts=restarts))
         env = {**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(steps), "STEP_SLEEP": str(step_sleep),
-               "CKPT_EVERY": str(CKPT_EVERY), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+               "CKPT_EVERY": str(CKPT_EVERY), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               **(env or {})}
         done = self.cli("job", "submit", str(spec), env=env)
         assert done.returncode == 0, done.stderr
 
@@ -112,11 +114,14 @@ class Platform:
 
 
 @contextlib.contextmanager
-def local_platform(work: Path, gpus: str, env: dict[str, str] | None = None) -> Iterator[Platform]:
-    """`alnair up` with simulated GPUs; everything it and its workloads started is gone after."""
+def local_platform(work: Path, gpus: str, env: dict[str, str] | None = None,
+                   up_args: tuple[str, ...] = ()) -> Iterator[Platform]:
+    """`alnair up` (``gpus``: ``sim:<n>x<GiB>``, or "" for the machine's own through NVML);
+    everything it and its workloads started is gone after."""
     data_dir = work / "alnair"
+    gpu_args = ("--gpus", gpus) if gpus else ()
     up = subprocess.Popen([*ALNAIR, "up", "--data-dir", str(data_dir), "--port", str(free_port()),
-                           "--gpus", gpus], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           *gpu_args, *up_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env={**os.environ, **(env or {})})
     platform = Platform(data_dir, work)
     try:

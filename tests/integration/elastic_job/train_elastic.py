@@ -9,7 +9,10 @@ there; a
 restarted world resumes from the checkpoint. Each rank writes its newest step to
 ``$ALNAIR_PROGRESS_FILE`` (what the local agent relays). At the end rank 0 writes ``final.pt``.
 
-Environment: CKPT_DIR (required), STEPS (default 120), CKPT_EVERY (5), STEP_SLEEP (0.05 s).
+Environment: CKPT_DIR (required), STEPS (default 120), CKPT_EVERY (5), STEP_SLEEP (0.05 s),
+DEVICE (cpu; cuda puts the model, the data and gloo's all-reduce on the GPU, where several
+ranks may share one card), WIDTH (0; > 0 adds a WIDTH×WIDTH matmul per step on the device,
+so that a step does real GPU work).
 """
 
 import os
@@ -36,15 +39,18 @@ def main() -> None:
     steps, every = int(os.environ.get("STEPS", "120")), int(os.environ.get("CKPT_EVERY", "5"))
     pause = float(os.environ.get("STEP_SLEEP", "0.05"))
     progress = os.environ.get("ALNAIR_PROGRESS_FILE")
+    device = torch.device(os.environ.get("DEVICE", "cpu"))
+    width = int(os.environ.get("WIDTH", "0"))
+    burn = torch.randn(width, width, device=device) if width else None
     torch.manual_seed(0)
-    model = torch.nn.Linear(8, 1)
+    model = torch.nn.Linear(8, 1).to(device)
     step = 0
     ckpt = ckpt_dir / "checkpoint.pt"
     if ckpt.exists():
-        saved = torch.load(ckpt)
+        saved = torch.load(ckpt, map_location=device)
         model.load_state_dict(saved["model"])
         step = saved["step"]
-    x, y = data()
+    x, y = (t.to(device) for t in data())
     shard = GLOBAL_BATCH // world
     while step < steps:
         began = time.monotonic()
@@ -59,6 +65,8 @@ def main() -> None:
             for p in model.parameters():
                 p -= 0.05 * p.grad
         step += 1
+        if burn is not None:
+            (burn @ burn).sum().item()
         time.sleep(pause)
         if rank == 0:
             with open(ckpt_dir / "steps.log", "a") as f:
@@ -70,7 +78,7 @@ def main() -> None:
             Path(progress + ".tmp").write_text(f"{step} {time.monotonic() - began:.6f}\n")
             os.replace(progress + ".tmp", progress)
     if rank == 0:
-        torch.save(model.state_dict(), ckpt_dir / "final.pt")
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, ckpt_dir / "final.pt")
     dist.barrier()
     dist.destroy_process_group()
 

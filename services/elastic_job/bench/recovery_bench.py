@@ -1,0 +1,146 @@
+"""Recovery time and goodput of an elastic job under injected worker failures, in local mode.
+
+``alnair up`` (simulated GPUs here; ``--gpus ""`` with ``--interceptor`` on a real one), a
+real-torch job (``tests/integration/elastic_job/train_elastic.py``: gloo, checkpoint every 5
+steps), then ``--kills`` times: wait until the job runs with its full world and has made
+progress, SIGKILL one worker's torchrun (a crashed node) and time
+
+* detection: the kill → the controller's state counts the failure (restarts + 1),
+* rendezvous: the kill → Running again (a closed round, survivors and replacement),
+* first step: the kill → the first training step finished after that rendezvous,
+
+reported as p50/p90. Then ``--goodput`` runs: the same job killed every ``--every`` seconds of
+wall time until it finishes, goodput = steps × the undisturbed step time / wall time, from
+the job's first step to its last (steps redone after a restore count as lost), next to the
+controller's own goodput figure.
+
+    .venv/bin/python services/elastic_job/bench/recovery_bench.py --kills 20 --goodput 60 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tests" / "integration" / "elastic_job"))
+
+from local_jobs import P, local_platform, steps  # noqa: E402
+
+from alnair_common.testing import wait_until  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def steady_step_seconds(log: list[tuple[int, int, float]], world: int) -> float:
+    gaps = [b[2] - a[2] for a, b in zip(log, log[1:], strict=False) if a[1] == b[1] == world and b[0] == a[0] + 1]
+    return statistics.median(gaps)
+
+
+def kill_one(platform, name: str, rng: random.Random) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    record = platform.record(name)
+    victim = rng.choice([w.uid for w in record.state.workers])
+    t = time.monotonic()
+    os.kill(platform.worker_pid(victim), signal.SIGKILL)
+    return t, record.state.restarts
+
+
+def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Random) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    before = len(steps(ckpt))
+    wait_until(platform.running_with(name, world), timeout=120, interval=0.2, what="full world")
+    wait_until(lambda: len(steps(ckpt)) >= before + 10, timeout=120, interval=0.2, what="progress")
+    killed, restarts = kill_one(platform, name, rng)
+    wall_killed = time.time()
+    detected = wait_until(lambda: (r := platform.record(name)) is not None and r.state.restarts > restarts and r,
+                          timeout=120, interval=0.05, what="failure counted")
+    t_detect = time.monotonic() - killed
+    wait_until(lambda: (r := platform.record(name)) is not None and r.state.phase == P.JOB_PHASE_RUNNING
+               and r.state.restarts > restarts, timeout=120, interval=0.05, what="running again")
+    t_rdzv = time.monotonic() - killed
+    first = wait_until(lambda: next((s for s in steps(ckpt) if s[2] > wall_killed + t_rdzv), None),
+                       timeout=120, interval=0.05, what="a step after the rendezvous")
+    return {"detect_s": t_detect, "rendezvous_s": t_rdzv, "first_step_s": first[2] - wall_killed,
+            "recovering": float(detected.state.phase == P.JOB_PHASE_RECOVERING)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--goodput", type=float, nargs="*", default=[60.0, 120.0],
+                    help="seconds between injected failures, one job run each")
+    ap.add_argument("--gpus", default="sim:4x80")
+    ap.add_argument("--interceptor", default="")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--width", type=int, default=0)
+    ap.add_argument("--world", type=int, default=3)
+    ap.add_argument("--compute", type=int, default=30)
+    ap.add_argument("--step-sleep", type=float, default=0.1)
+    ap.add_argument("--goodput-steps", type=int, default=1500)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(1)
+    job_env = {"DEVICE": args.device, "WIDTH": str(args.width)}
+    up_args = ("--interceptor", args.interceptor) if args.interceptor else ()
+    results: dict[str, object] = {"command": " ".join(sys.argv), "world": args.world}
+    with tempfile.TemporaryDirectory(prefix="alnair-recovery-") as tmp:
+        work = Path(tmp)
+        with local_platform(work, args.gpus, up_args=up_args) as platform:
+            if args.kills:
+                ckpt = work / "ckpt-kills"
+                ckpt.mkdir()
+                platform.submit("kills", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=2,
+                                max_replicas=args.world, compute=args.compute, restarts=10 * args.kills, env=job_env)
+                rounds = []
+                for i in range(args.kills):
+                    rounds.append(recovery_round(platform, "kills", ckpt, args.world, rng))
+                    print(f"kill {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rounds[-1].items()
+                                                         if k.endswith("_s")), flush=True)
+                platform.cli("job", "delete", "kills")
+                summary = {k: {"p50": pct([r[k] for r in rounds], 0.5), "p90": pct([r[k] for r in rounds], 0.9),
+                               "max": max(r[k] for r in rounds)} for k in ("detect_s", "rendezvous_s", "first_step_s")}
+                results["recovery"] = summary
+                results["step_seconds"] = steady_step_seconds(steps(ckpt), args.world)
+                print(json.dumps(summary, indent=1), flush=True)
+            for every in args.goodput:
+                name = f"goodput-{int(every)}"
+                ckpt = work / f"ckpt-{name}"
+                ckpt.mkdir()
+                platform.submit(name, ckpt=ckpt, steps=args.goodput_steps, step_sleep=args.step_sleep,
+                                min_replicas=2, max_replicas=args.world, compute=args.compute, restarts=1000,
+                                env=job_env)
+                wait_until(platform.running_with(name, args.world), timeout=120, interval=0.2, what="running")
+                kills, next_kill = 0, time.monotonic() + every
+                while True:
+                    r = platform.record(name)
+                    if r is not None and r.state.phase in (P.JOB_PHASE_SUCCEEDED, P.JOB_PHASE_FAILED):
+                        break
+                    if time.monotonic() >= next_kill and r is not None and r.state.phase == P.JOB_PHASE_RUNNING:
+                        kill_one(platform, name, rng)
+                        kills += 1
+                        next_kill = time.monotonic() + every
+                    time.sleep(0.2)
+                log = steps(ckpt)
+                wall = log[-1][2] - log[0][2]
+                useful = args.goodput_steps * steady_step_seconds(log, args.world)
+                results[name] = {"phase": r.state.phase, "kills": kills, "wall_s": wall,
+                                 "goodput": useful / wall, "controller_goodput": r.state.goodput_ratio,
+                                 "steps_logged": len(log)}
+                print(name, json.dumps(results[name]), flush=True)
+    print(json.dumps(results, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
