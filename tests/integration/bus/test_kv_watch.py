@@ -99,3 +99,14 @@ async def test_a_value_that_does_not_decode_is_skipped_and_counted(bus: Bus) -> 
         await wait_for(lambda: asyncio.sleep(0, len(updates) == 2), what="the watch goes on")
     assert _summary(updates) == [("n1", 1), ("n2", 2)]
     assert REGISTRY.get_sample_value("alnair_bus_decode_errors_total", labels) == before + 2
+
+
+async def test_a_stopped_watch_leaves_no_consumer_behind(bus: Bus) -> None:
+    """A reader that polls a bucket (`alnair job ls` in a loop) must not pile up consumers
+    until the server refuses new ones: each stopped watch deletes its own."""
+    kv = await TypedKV.open(bus, "node_inventory", Inventory)
+    await kv.put("n1", _inv("n1", 1))
+    for _ in range(25):
+        assert (await kv.current())["n1"].gpus[0].index == 0
+    info = await bus.js.stream_info("KV_node_inventory")
+    assert info.state.consumer_count == 0

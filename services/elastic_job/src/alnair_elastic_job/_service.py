@@ -8,7 +8,7 @@ JobState on ``alnair.job.<name>.state`` with the message id ``<namespace>.<name>
 so a retried publish is stored once. A bad command is terminated and reported as an error
 event (the CLI waits on it); a refused scale is the same.
 
-What is not wired yet, and who must do it:
+Where its inputs come from and its plans go:
 
 * **Capacity** comes from the ``node_inventory`` and ``gpu_allocations`` buckets, watched
   (``_capacity``); ``capacity`` (a callable returning the free cards) replaces them in tests.
@@ -16,19 +16,18 @@ What is not wired yet, and who must do it:
   allocated with the linear-with-efficiency fallback (``Controller.measured`` takes it).
 * **Workers.** Each transition also publishes the job's WorkerPlan on
   ``alnair.cmd.workers.<name>`` (declarative: live workers wanted, a gang size, the uids to
-  stop, a rendezvous id per gang; see job.proto). No adapter reads it yet. Next, kube-bridge:
-  a PodGroup of ``gang_min`` and pods with the job's labels, the per-worker ``alnair/vgpu-*``
-  requests (or whole GPUs) and the torchrun arguments in the plan's comment, a per-job
-  rendezvous Service and c10d host, deleting the pods in ``stop``, and publishing each closed
-  rendezvous round; the local agent: the same with processes and a c10d store process it
-  supervises.
+  stop, a rendezvous id per gang; see job.proto). Both adapters carry it out with the same
+  rules (``alnair_lifecycle.plan_changes``/``torchrun_command``): the local agent as local
+  workloads with a rendezvous host process per gang, kube-bridge as pods, a PodGroup and a
+  rendezvous pod and Service per gang; each relays the closed rendezvous rounds (and the
+  local agent the workers' steps).
 
 Restarts lose nothing: every changed job's TrainingJobRecord (spec, state, worker sets) is
 written to the ``training_jobs`` bucket before its JobState is published, and read back on
 start; a fact redelivered after a crash finds the record already holding it and changes
 nothing (the state machine is idempotent per fact), and the restored jobs' states are
-published again under their old message ids. One controller writes the bucket: running two
-needs leader election first (not done).
+published again under their old message ids. One controller writes the bucket: replicas
+stand by behind a lease (``leader_elected``).
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ class ElasticJobSettings(ServiceSettings):
 class ElasticJobService(Service):
     name = "elastic-job"
     role = ("training jobs through one state machine (Pending … Succeeded/Failed, reasons and "
-            "timeouts), GPUs divided by the allocator; no adapter creates workers yet")
+            "timeouts), GPUs divided by the allocator; the adapters start the workers")
     settings_class = ElasticJobSettings
     # One controller acts on the jobs; replicas stand by (a lease on the bus). Controllers
     # with their own consumers (another consumer_prefix) are not replicas.

@@ -96,7 +96,11 @@ class JobWorkers:
             if job.rendezvous_id != plan.rendezvous_id:  # a new gang: its rounds and steps anew
                 job.rendezvous_id, job.round, job.step = plan.rendezvous_id, 0, 0
             self.hosts.stop(files, keep=plan.rendezvous_id if plan.target else None)
-            files.record_applied(plan.generation)
+            # A job that ended is forgotten by the controller; one submitted again under its
+            # name counts its plans from 1 again, which must not look old here.
+            ended = plan.phase in (job_pb2.JOB_PHASE_SUCCEEDED, job_pb2.JOB_PHASE_FAILED,
+                                   job_pb2.JOB_PHASE_DELETED)
+            files.record_applied(0 if ended else plan.generation)
             log.info("worker plan applied", job=f"{namespace}/{spec.name}", generation=plan.generation,
                      target=plan.target, stopped=len(changes.stop), created=changes.create)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import nats.errors
+import nats.js.errors
 from google.protobuf.message import Message
 from nats.js.kv import KeyValue
 
@@ -80,11 +81,24 @@ class KVWatch(Generic[M]):
         await self._catch_up.wait(timeout)
 
     async def stop(self) -> None:
-        """End the iteration; the server forgets the watch."""
+        """End the iteration and delete the watch's consumer on the server.
+
+        Unsubscribing alone leaves an ephemeral consumer there until its inactivity threshold
+        (5 minutes in nats-py): a reader polling a bucket (``alnair job ls`` in a loop, a
+        benchmark) then piles them up until the server refuses new ones ("maximum consumers
+        limit reached"). nats-py keeps the consumer's name on the subscription only (no
+        public accessor): read there, and a failed delete is only logged."""
+        sub = getattr(self._watcher, "_sub", None)
+        js, stream, consumer = (getattr(sub, a, None) for a in ("_js", "_stream", "_consumer"))
         try:
             await self._watcher.stop()
         except nats.errors.Error as e:
             log.info("watch already gone", bucket=self.bucket, error=repr(e))
+        if js is not None and stream and consumer:
+            try:
+                await js.delete_consumer(stream, consumer)
+            except (nats.errors.Error, nats.js.errors.Error) as e:
+                log.info("watch consumer not deleted", bucket=self.bucket, error=repr(e))
 
     def _typed(self, entry: KeyValue.Entry) -> KVUpdate[M] | None:
         revision = entry.revision or 0
