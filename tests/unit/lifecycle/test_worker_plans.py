@@ -29,15 +29,20 @@ def plan(target: int, stop: set[str] = frozenset(), launcher: int = job_pb2.LAUN
                               rendezvous_id="ml.resnet.2")
 
 
-@given(live=UIDS, stop=UIDS, target=st.integers(0, 8))
-def test_a_plan_applied_to_what_it_leaves_asks_for_nothing_more(live: set[str], stop: set[str], target: int) -> None:
+@given(live=UIDS, stop=UIDS, pending=UIDS, target=st.integers(0, 8))
+def test_a_plan_applied_to_what_it_leaves_asks_for_nothing_more(live: set[str], stop: set[str], pending: set[str],
+                                                                target: int) -> None:
     p = plan(target, stop)
-    first = plan_changes(p, live)
-    assert set(first.stop) == live & stop
+    pending = pending & live
+    first = plan_changes(p, live, pending)
+    named = live & stop
+    assert named <= set(first.stop)
+    assert set(first.stop) - named <= pending  # only unplaced workers are withdrawn unnamed
     after = (live - set(first.stop)) | {f"new{i}" for i in range(first.create)}
-    again = plan_changes(p, after)
+    again = plan_changes(p, after, (pending - set(first.stop)) | {f"new{i}" for i in range(first.create)})
     assert again.stop == () and again.create == 0
-    assert len(after) == max(target, len(live - stop))
+    placed_left = len(live - stop - pending)
+    assert len(after) == max(target, placed_left)  # down to the target, unless placed ones exceed it
 
 
 def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:

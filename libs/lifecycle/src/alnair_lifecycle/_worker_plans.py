@@ -53,11 +53,19 @@ class PlanChanges:
     create: int
 
 
-def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str]) -> PlanChanges:
+def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str], pending: Iterable[str] = ()) -> PlanChanges:
     """Declarative, so a repeated or redelivered plan creates nothing twice: the live workers
-    not being stopped count towards the target."""
+    not being stopped count towards the target.
+
+    ``pending``: the live workers not placed yet. The controller learns of a worker when it is
+    placed, so it cannot name those in ``stop``; when the live workers outnumber the target
+    (the grant fell while they waited for the scheduler) the adapter withdraws pending ones,
+    never a running one the controller did not name."""
     alive = set(live)
     stopping = alive & set(plan.stop)
+    excess = len(alive - stopping) - plan.target
+    if excess > 0:
+        stopping |= set(sorted((alive - stopping) & set(pending))[:excess])
     return PlanChanges(tuple(sorted(stopping)), max(0, plan.target - len(alive - stopping)))
 
 

@@ -58,7 +58,10 @@ from ._errors import ElasticJobError
 from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
 from ._job_states import DeleteCommand
 from ._state_codec import Submit, command_from_proto, state_to_proto, worker_plan
-from ._worker_events import rendezvous_input, step_input, worker_input
+from ._worker_events import JOB_LABEL, rendezvous_input, step_input, worker_input
+
+_LIVE = (workload_pb2.WORKLOAD_PHASE_PENDING, workload_pb2.WORKLOAD_PHASE_BOUND,
+         workload_pb2.WORKLOAD_PHASE_RUNNING)
 
 
 class ElasticJobSettings(ServiceSettings):
@@ -97,6 +100,9 @@ class ElasticJobService(Service):
         self.clock = clock
         self._lock = asyncio.Lock()
         self._forgotten: list[tuple[str, str]] = []
+        # Live workers of any job, placed or not (uids): the scheduler commits a worker's share
+        # before its adapter reports it placed, and those shares are the jobs' own, not taken.
+        self._workers: set[str] = set()
 
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
@@ -139,7 +145,7 @@ class ElasticJobService(Service):
         def current() -> list[FreeCard] | None:
             if not all(w.is_caught_up for w in watches):
                 return None
-            ours = frozenset(w for t in self.controller.jobs.values() for w in t.status.placed)
+            ours = frozenset(self._workers).union(w for t in self.controller.jobs.values() for w in t.status.placed)
             by_uuid = {a.gpu_uuid: a for a in allocations.values()}
             return free_cards(inventories.values(), by_uuid, ours)
 
@@ -205,6 +211,12 @@ class ElasticJobService(Service):
                 self._forgotten.append((namespace, name))
 
     async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
+        w = event.workload
+        if JOB_LABEL in w.labels:
+            if w.phase in _LIVE:
+                self._workers.add(w.ref.uid)
+            else:
+                self._workers.discard(w.ref.uid)
         found = worker_input(event)
         if found is not None:
             await self._apply(*found)

@@ -79,7 +79,8 @@ class JobWorkers:
             if plan.generation <= files.applied():
                 return  # redelivered, or older than one carried out
             live = await self._live(namespace, spec.name)
-            changes = plan_changes(plan, live)
+            changes = plan_changes(plan, live, pending=[u for u, w in live.items()
+                                                         if w.phase == P.WORKLOAD_PHASE_PENDING])
             for uid in changes.stop:
                 await self._stop(live[uid])
             job = self.jobs.setdefault(f"{namespace}.{spec.name}", _Job(namespace, spec.name))
