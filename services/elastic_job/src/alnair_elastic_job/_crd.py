@@ -3,8 +3,19 @@
 The apiserver must refuse what :mod:`._job_spec` refuses (min > max, no replicas, an unknown
 launcher, a share over 100 %), so a bad spec fails at ``kubectl apply`` with a message and
 never reaches the controller. Building the schema from the domain's constants keeps the two
-from drifting; ``k8s/`` can render this dict to YAML (kube-bridge's owner adds it there).
-Rules that span fields use CEL (``x-kubernetes-validations``), whose messages say the fix.
+from drifting. Rules that span fields use CEL (``x-kubernetes-validations``), whose messages
+say the fix.
+
+The YAML in ``k8s/base/crds/`` is this dict rendered: ``python
+tests/unit/deploy/test_deploy_crds.py`` writes it, and the test there fails when it is stale.
+kube-bridge serves the objects: it submits each one to the controller and writes the job's
+state into ``status``, whose schema is here too (``status_schema``).
+
+The spec is immutable once created: the controller refuses another spec for a live job, and
+the running workers' torchrun commands carry ``minReplicas:maxReplicas``, so a change could
+only take effect by restarting every worker — that is a delete and a create, said so at
+``kubectl apply`` rather than ignored. The world size within the range changes with
+``alnair job scale``.
 """
 
 from __future__ import annotations
@@ -110,10 +121,61 @@ def spec_schema() -> dict[str, Any]:
     }
 
 
+def _time(what: str) -> dict[str, Any]:
+    return {"type": "string", "format": "date-time", "description": what}
+
+
+def status_schema() -> dict[str, Any]:
+    """What kube-bridge writes from the controller's JobState (``alnair.job.<name>.state``)."""
+    count: dict[str, Any] = {"type": "integer", "minimum": 0}
+    condition = {
+        "type": "object", "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string", "description": "Scheduling, Running, Succeeded or Failed"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string", "description": "CamelCase, e.g. WaitingForGang"},
+            "message": {"type": "string"},
+            "lastTransitionTime": _time("When status last changed"),
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "phase": {"type": "string", "description": "The controller's phase: Pending, Scheduling, "
+                      "Running, Rescaling, Recovering, Deleting, Succeeded, Failed or Deleted"},
+            "reason": {"type": "string", "description": "Why the job is in its phase (CamelCase)"},
+            "message": {"type": "string", "description": "The same for people"},
+            "replicas": {**count, "description": "Workers running now: the world size"},
+            "targetReplicas": {**count, "description": "World size the controller drives towards"},
+            "restarts": {**count, "description": "Restarts used (of spec.restartPolicy.maxRestarts)"},
+            "goodput": {"type": "number", "minimum": 0, "maximum": 1,
+                        "description": "Useful step time / wall time since the job first ran"},
+            "observedGeneration": {**count, "format": "int64",
+                                   "description": "metadata.generation the status describes"},
+            "stateGeneration": {**count, "format": "int64",
+                                "description": "The controller's transition counter of the job "
+                                               "written last; an older state is not written"},
+            "startTime": _time("When the controller accepted the job"),
+            "lastTransitionTime": _time("When the current phase began"),
+            "conditions": {"type": "array", "items": condition,
+                           "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        },
+    }
+
+
 def training_job_crd() -> dict[str, Any]:
     """The whole CRD document (apiextensions.k8s.io/v1)."""
-    columns = [("Phase", "string", ".status.phase"), ("Reason", "string", ".status.reason"),
-               ("World", "integer", ".status.replicas"), ("Target", "integer", ".status.targetReplicas")]
+    columns = [("Phase", "string", ".status.phase", 0), ("Replicas", "integer", ".status.replicas", 0),
+               ("Target", "integer", ".status.targetReplicas", 1),
+               ("Restarts", "integer", ".status.restarts", 0), ("Goodput", "number", ".status.goodput", 0),
+               ("Reason", "string", ".status.reason", 1), ("Age", "date", ".metadata.creationTimestamp", 0)]
+    spec = spec_schema()
+    spec["x-kubernetes-validations"] = [
+        *spec["x-kubernetes-validations"],
+        _rule("self == oldSelf", "spec is immutable: delete the TrainingJob and create it again to "
+              "change it (the running workers' torchrun commands carry minReplicas:maxReplicas); "
+              "`alnair job scale` changes the world size within the range"),
+    ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -126,15 +188,21 @@ def training_job_crd() -> dict[str, Any]:
                 "name": VERSION, "served": True, "storage": True,
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p}
-                                             for n, t, p in columns],
+                                             | ({"priority": priority} if priority else {})
+                                             for n, t, p, priority in columns],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
                     "required": ["spec"],
-                    "properties": {
-                        "spec": spec_schema(),
-                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                    },
+                    # The name becomes pod names, label values and a bus subject token.
+                    "x-kubernetes-validations": [
+                        _rule("size(self.metadata.name) <= 63 && "
+                              "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+                              "metadata.name must be a DNS-1123 label: at most 63 lower-case "
+                              "letters, digits and '-', starting and ending alphanumeric"),
+                    ],
+                    "properties": {"spec": spec, "status": status_schema()},
                 }},
             }],
         },
     }
+

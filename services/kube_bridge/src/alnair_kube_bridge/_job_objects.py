@@ -6,8 +6,9 @@ Per job, in the job's namespace:
   the pods' ``subdomain``, so that each worker's FQDN (which torchrun reports as its address,
   and rank 0's is every peer's ``MASTER_ADDR``) resolves. It is also the job's anchor: it
   carries the newest plan generation carried out (``ai.centaurus.io/worker-plan-generation``)
-  and owns every other object of the job, so deleting it removes them (the TrainingJob CRD is
-  not served yet, so there is no TrainingJob object to own them);
+  and owns every other object of the job, so deleting it removes them. A job submitted as a
+  TrainingJob object has it owned by that object (and the worker pods too, which outlive the
+  Service when the job ends), so ``kubectl delete trainingjob`` leaves nothing behind;
 * per gang (one per ``rendezvous_id``) ``<job>-gang-<hash>``: the rendezvous pod (the c10d
   host, ``alnair_lifecycle/rendezvous_host.py`` run by the job's image, plus a container that
   prints the rounds it closes, which is how they reach kube-bridge: the pod's log), a Service
@@ -141,27 +142,37 @@ def gpu_limits(plan: job_pb2.WorkerPlan) -> dict[str, str]:
     return {VGPU_MEMORY: str(memory), VGPU_COMPUTE: str(compute)}
 
 
-def owner(obj: Obj) -> Obj:
-    """An ownerReference to ``obj`` (the workers Service), as the garbage collector reads it."""
+def owner(obj: Obj, *, api_version: str = "v1", kind: str = "Service",
+          controller: bool = True) -> Obj:
+    """An ownerReference to ``obj`` (the workers Service, or the job's TrainingJob), as the
+    garbage collector reads it. No ``blockOwnerDeletion``: that needs rights on the owner's
+    finalizers, and nothing waits for the dependents."""
     meta = obj["metadata"]
-    return {"apiVersion": "v1", "kind": "Service", "name": meta["name"], "uid": meta["uid"],
-            "controller": True}
+    return {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"],
+            "controller": controller}
 
 
-def workers_service(plan: job_pb2.WorkerPlan, namespace: str, base: str) -> Obj:
+def workers_service(plan: job_pb2.WorkerPlan, namespace: str, base: str,
+                    job_owner: Obj | None = None) -> Obj:
+    """``job_owner``: the TrainingJob the job was submitted as, whose deletion (garbage
+    collection) then takes the Service and everything it owns."""
     labels = worker_labels(plan)
     selector = {k: v for k, v in labels.items() if k != RENDEZVOUS_LABEL}
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": workers_service_name(base), "namespace": namespace,
-                     "labels": {**selector, **MANAGED_BY}},
+                     "labels": {**selector, **MANAGED_BY},
+                     **({"ownerReferences": [job_owner]} if job_owner else {})},
         # No ports: the Service is there for the workers' DNS names, not for traffic.
         "spec": {"clusterIP": "None", "selector": selector, "publishNotReadyAddresses": True},
     }
 
 
 def worker_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, scheduler_name: str,
-               owned_by: Obj, pod_group: str | None) -> Obj:
+               owned_by: Obj, pod_group: str | None, job_owner: Obj | None = None) -> Obj:
+    """``job_owner`` (the TrainingJob, not the controller) stays an owner when the job ends
+    and its workers Service is deleted orphaning the finished pods: deleting the TrainingJob
+    then takes them too."""
     spec = plan.spec
     labels = worker_labels(plan)
     if pod_group:
@@ -183,7 +194,8 @@ def worker_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, scheduler
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": f"{base}-", "namespace": namespace,
-                     "labels": {**labels, **MANAGED_BY}, "ownerReferences": [owned_by]},
+                     "labels": {**labels, **MANAGED_BY},
+                     "ownerReferences": [owned_by, *([job_owner] if job_owner else [])]},
         "spec": pod_spec,
     }
 

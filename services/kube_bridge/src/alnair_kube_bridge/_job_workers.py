@@ -12,7 +12,8 @@ gang's rendezvous pod and Service and, for a gang placed all-or-nothing, its Pod
 gangs' objects go (a new gang meets in a new rendezvous), all of them at target 0.
 
 A job that ended (Succeeded, Failed: target 0) keeps its finished pods for their logs, owned
-by nothing any more; a deleted job's pods go too. A refused plan (no name, no image, a request
+only by its TrainingJob object if it has one (deleting that takes them); a deleted job's pods
+go too. A refused plan (no name, no image, a request
 no card can hold, a namespace where the bridge may not create pods) is terminated with the
 reason as an ErrorEvent; a temporary failure is retried, and a plan half carried out when a
 call failed is finished by its redelivery: the live pods are counted again.
@@ -30,11 +31,17 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from alnair.v1 import job_pb2
-from alnair_common import get_logger
+from alnair_common import PermanentError, get_logger
 from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, RENDEZVOUS_LABEL, plan_changes
 
 from . import _job_objects as o
 from ._kube_errors import MERGE_PATCH, KubeApiError, classify
+from ._training_job_spec import API_VERSION as TJ_API_VERSION
+from ._training_job_spec import GROUP as TJ_GROUP
+from ._training_job_spec import KIND as TJ_KIND
+from ._training_job_spec import PLURAL as TJ_PLURAL
+from ._training_job_spec import VERSION as TJ_VERSION
+from ._training_job_spec import job_spec, same_job
 
 log = get_logger("alnair.kube-bridge.jobs")
 Obj = dict[str, Any]
@@ -97,17 +104,22 @@ class JobWorkers:
         for uid in changes.stop:
             self._delete_pod(live[uid], namespace)
         if changes.create:
+            job_object = self._training_job(plan, namespace)
             if anchor is None:
+                job_owner = (None if job_object is None else
+                             o.owner(job_object, api_version=TJ_API_VERSION, kind=TJ_KIND))
                 anchor = self._json(f"create Service {namespace}/{anchor_name}",
                                     lambda: self.core.create_namespaced_service(
-                                        namespace, o.workers_service(plan, namespace, base),
+                                        namespace, o.workers_service(plan, namespace, base, job_owner),
                                         _preload_content=False))
             assert anchor is not None
             owned_by = o.owner(anchor)
             group = self._ensure_gang(plan, namespace, base, owned_by)
+            pod_owner = (None if job_object is None else o.owner(
+                job_object, api_version=TJ_API_VERSION, kind=TJ_KIND, controller=False))
             for _ in range(changes.create):
                 pod = o.worker_pod(plan, namespace, base, scheduler_name=self.scheduler_name,
-                                   owned_by=owned_by, pod_group=group)
+                                   owned_by=owned_by, pod_group=group, job_owner=pod_owner)
                 self._call(f"create a worker pod of {job}",
                            lambda pod=pod: self.core.create_namespaced_pod(namespace, pod))
         self._remove_gangs(name, namespace, keep=plan.rendezvous_id if plan.target else None)
@@ -121,6 +133,18 @@ class JobWorkers:
                  stopped=len(changes.stop), created=changes.create)
 
     # -- steps --------------------------------------------------------------------------------
+
+    def _training_job(self, plan: job_pb2.WorkerPlan, namespace: str) -> Obj | None:
+        """The TrainingJob object this job was submitted as, if it was (``alnair job submit``
+        makes none) and the bridge may read it; another job of the name is not it."""
+        name = plan.spec.name
+        try:
+            found = self._json(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
+                TJ_GROUP, TJ_VERSION, namespace, TJ_PLURAL, name, _preload_content=False), absent=(403, 404))
+            return found if found is not None and same_job(job_spec(found), plan.spec) else None
+        except PermanentError as e:
+            log.info("no TrainingJob owner for the job's objects", job=f"{namespace}/{name}", error=str(e))
+            return None
 
     def _job_pods(self, name: str, namespace: str) -> list[Obj]:
         found = self._json(f"list the worker pods of {namespace}/{name}", lambda: self.core.list_namespaced_pod(

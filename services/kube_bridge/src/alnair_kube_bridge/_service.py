@@ -3,9 +3,11 @@
 Watches Alnair's pods and PodGroups and publishes their lifecycle; carries out bind
 decisions and commands from the bus, and training jobs' WorkerPlans (their worker pods,
 rendezvous and PodGroups: ``_job_workers``), relaying their rendezvous rounds
-(``_job_rounds``). Safe to run twice: both copies compute the same
-event ids and compare-and-set the same records (duplicates are dropped), and the command
-consumers are shared durables (each command reaches one copy).
+(``_job_rounds``); serves TrainingJob objects: submitted to the elastic-job controller and
+deleted from it, their status written from the job's states (``_training_jobs``). Safe to
+run twice: both copies compute the same event ids and compare-and-set the same records
+(duplicates are dropped), and the command consumers are shared durables (each command
+reaches one copy).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, ClassVar
 
 from kubernetes import client as k8s
 
-from alnair.v1 import commands_pb2, job_pb2, scheduling_pb2
+from alnair.v1 import commands_pb2, job_pb2, platform_pb2, scheduling_pb2
 from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
 from alnair_lifecycle import LifecyclePublisher
 
@@ -32,6 +34,10 @@ from ._lanes import drain
 from ._nodes import NodeEvents
 from ._podgroups import PodGroupEvents
 from ._settings import KubeBridgeSettings
+from ._training_job_spec import GROUP as JOBS_GROUP
+from ._training_job_spec import PLURAL as JOBS_PLURAL
+from ._training_job_spec import VERSION as JOBS_VERSION
+from ._training_jobs import TrainingJobs
 from ._watch import Changed, ResourceWatch, Synced
 from ._workloads import PodLifecycle, forget_deleted_pods
 
@@ -42,7 +48,8 @@ class KubeBridgeService(Service):
     name = "kube-bridge"
     role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events, deleted nodes "
             "→ inventories retracted; bind decisions, annotate/event/status commands and "
-            "training jobs' worker plans → Kubernetes API; rendezvous rounds → the bus")
+            "training jobs' worker plans → Kubernetes API; rendezvous rounds → the bus; "
+            "TrainingJob objects ↔ job commands and states")
     settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
     # Not leader-elected: replicas are safe side by side (tests/integration/kube_bridge/
     # test_kb_replicas.py) — every publish is de-duplicated by its message id and the
@@ -72,17 +79,22 @@ class KubeBridgeService(Service):
                                        s.retention_check_seconds), "retention")
         groups = await PodGroupEvents.open(self.bus, ns)
         group, version = "alnair.centaurus.io", "v1alpha1"
+        jobs_api = (JOBS_GROUP, JOBS_VERSION)
         if ns:
             list_pods = partial(core.list_namespaced_pod, ns)
             list_groups = partial(custom.list_namespaced_custom_object, group, version, ns,
                                   "podgroups")
+            list_jobs = partial(custom.list_namespaced_custom_object, *jobs_api, ns, JOBS_PLURAL)
         else:
             list_pods = core.list_pod_for_all_namespaces
             list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
+            list_jobs = partial(custom.list_cluster_custom_object, *jobs_api, JOBS_PLURAL)
         nodes = await NodeEvents.open(self.bus)
+        training_jobs = TrainingJobs(self.bus, self.api, ns)
         self._watch("pods", list_pods, pods.handle, lanes=s.pod_event_lanes)
         self._watch("nodes", core.list_node, nodes.handle)
         self._watch("podgroups", list_groups, groups.handle)
+        self._watch("trainingjobs", list_jobs, training_jobs.handle)
         self.health.checks["kubernetes"] = self._check_synced
 
         self.binder = binder = Binder(self.bus, core, ns, concurrency=s.bind_concurrency)
@@ -102,6 +114,15 @@ class KubeBridgeService(Service):
             await self.consume(DurableConsumer(
                 self.bus, stream="COMMANDS", durable=durable, subject=subject,
                 message_type=message_type, handler=handler))
+        # The jobs' states and the controller's refusals → the TrainingJobs' status.
+        await self.consume(DurableConsumer(
+            self.bus, stream="JOBS", durable="kube-bridge-job-states",
+            subject=subjects.wildcard("alnair.job.<name>.state"), message_type=job_pb2.JobState,
+            handler=training_jobs.on_state))
+        await self.consume(DurableConsumer(
+            self.bus, stream="ERRORS", durable="kube-bridge-job-refusals",
+            subject=subjects.error("elastic-job"), message_type=platform_pb2.ErrorEvent,
+            handler=training_jobs.on_error))
         workers = JobWorkers(self.api, namespace=ns, scheduler_name=s.scheduler_name)
         await self.consume(DurableConsumer(
             self.bus, stream="COMMANDS", durable="kube-bridge-workers",

@@ -1,0 +1,243 @@
+"""TrainingJob objects (``alnair.centaurus.io/v1``) ↔ the elastic-job controller.
+
+A TrainingJob is submitted once: its watch event (or a relist) finds no
+``status.observedGeneration`` for its ``metadata.generation``, so the bridge holds it with
+the finalizer ``alnair.centaurus.io/training-job``, publishes ``JobCommand{submit}`` (request
+id ``cr.<uid>.<generation>``, the message id ``job:<request id>``: a redelivered event or a
+second bridge is stored once) and records the generation as ``status.observedGeneration``.
+The spec is immutable (the CRD refuses a change), so an object is one job.
+
+Deleting it publishes ``JobCommand{delete}`` (``cr.<uid>.delete``) and keeps the object,
+held by the finalizer, until the job's state is terminal (Deleted once its workers stopped;
+a finished job at once): a TrainingJob created again under the name cannot meet the old
+job's last states, and ``kubectl delete`` returns when the workers are gone. An object that
+disappears anyway (its finalizer removed by hand) is deleted from the controller too.
+
+The job's states (``alnair.job.<name>.state``) become the object's status (``_training_job_
+status``) through the status subresource, with the object's resourceVersion as precondition:
+a state older than the one written (``stateGeneration``) is dropped, as are states of another
+job of the name (another spec, or observed before the object existed). Refusals come back
+as the controller's error events on the job's command subject: an object of that name that
+has heard no state of its job yet gets ``phase: Failed``, reason ``SubmitRefused`` and the
+controller's message (the event names the job but not its namespace: each namespace's
+object of that name that waits for its first state gets it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from alnair.v1 import job_pb2, platform_pb2
+from alnair_common import Bus, PermanentError, TemporaryError, get_logger, subjects
+
+from . import _training_job_status as st
+from ._kube_errors import MERGE_PATCH, classify
+from ._training_job_spec import GROUP, PLURAL, VERSION, job_key, job_spec, same_job
+from ._watch import Changed, Synced
+
+FINALIZER = f"{GROUP}/training-job"
+# The controller's clock (observed_at) against the apiserver's (creationTimestamp).
+CLOCK_SKEW = timedelta(seconds=2)
+log = get_logger("alnair.kube-bridge.trainingjobs")
+Obj = dict[str, Any]
+
+
+class TrainingJobs:
+    def __init__(self, bus: Bus, api_client: k8s.ApiClient, namespace: str = "",
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.bus = bus
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.clock = clock
+
+    # -- objects → commands -------------------------------------------------------------------
+
+    async def handle(self, item: Synced | Changed) -> None:
+        for obj in item.items if isinstance(item, Synced) else [item.obj]:
+            try:
+                if isinstance(item, Changed) and item.type == "DELETED":
+                    if (obj.get("status") or {}).get("reason") != st.SUBMIT_REFUSED:
+                        await self._delete(obj)
+                else:
+                    await self.reconcile(obj)
+            except PermanentError as e:
+                # Nothing is submitted before the finalizer holds the object, so skipping is
+                # safe; its next event tries again. Temporary failures are retried (lanes).
+                log.error("training job not handled", job="/".join(job_key(obj)), error=str(e))
+
+    async def reconcile(self, obj: Obj) -> None:
+        meta, status = obj["metadata"], obj.get("status") or {}
+        held = FINALIZER in (meta.get("finalizers") or [])
+        observed = int(status.get("observedGeneration") or 0)
+        if meta.get("deletionTimestamp"):  # (which bumps metadata.generation)
+            if not held:
+                return
+            phase = status.get("phase")
+            if status.get("reason") != st.SUBMIT_REFUSED and phase not in ("Deleting", "Deleted"):
+                await self._delete(obj)
+            if phase in st.TERMINAL or not observed:  # nothing left to wait for
+                await asyncio.to_thread(self._release, obj)
+            return
+        if observed >= _generation(obj):
+            return
+        if not held:  # first the finalizer: a job is never submitted that a delete could miss
+            obj = await asyncio.to_thread(self._hold, obj)
+            if obj is None:
+                return
+        try:
+            spec = job_spec(obj)
+        except PermanentError as e:  # only an object the CRD's schema did not check
+            log.warning("training job refused", error=str(e))
+            await asyncio.to_thread(self._write, obj, st.refused(status, str(e), _generation(obj), self.clock()))
+            return
+        namespace, name = job_key(obj)
+        request = f"cr.{meta['uid']}.{_generation(obj)}"
+        await self._send(job_pb2.JobCommand(name=name, namespace=namespace, submit=spec, request_id=request))
+        await asyncio.to_thread(self._write, obj, {"observedGeneration": _generation(obj)})
+        log.info("training job submitted", job=f"{namespace}/{name}", request_id=request)
+
+    async def _delete(self, obj: Obj) -> None:
+        namespace, name = job_key(obj)
+        await self._send(job_pb2.JobCommand(name=name, namespace=namespace, delete=True,
+                                            request_id=f"cr.{obj['metadata']['uid']}.delete"))
+        log.info("training job deleted", job=f"{namespace}/{name}")
+
+    async def _send(self, command: job_pb2.JobCommand) -> None:
+        await self.bus.publish(subjects.job_command(command.name), command,
+                               msg_id=f"job:{command.request_id}")
+
+    # -- states and refusals → status ---------------------------------------------------------
+
+    async def on_state(self, _subject: str, state: job_pb2.JobState) -> None:
+        namespace, name = state.spec.namespace or "default", state.spec.name
+        if not name or (self.namespace and namespace != self.namespace):
+            return
+        await asyncio.to_thread(self._relay_state, namespace, name, state)
+
+    def _relay_state(self, namespace: str, name: str, state: job_pb2.JobState) -> None:
+        obj = self._get(namespace, name)
+        if obj is None:
+            return  # a job submitted otherwise (alnair job submit), or its object is gone
+        observed = st.stamp(state.observed_at)
+        created = st.parse_time(obj["metadata"].get("creationTimestamp"))
+        if observed and created and observed < created - CLOCK_SKEW:
+            return  # an earlier job of the same name
+        try:
+            ours = same_job(job_spec(obj), state.spec)
+        except PermanentError:
+            ours = False
+        if not ours:
+            log.info("state of another job of the name not written", job=f"{namespace}/{name}",
+                     generation=state.generation)
+            return
+        status = st.from_state(obj.get("status") or {}, state, _generation(obj))
+        if status is not None:
+            self._write(obj, status, conflict_is_temporary=True)
+
+    async def on_error(self, _subject: str, event: platform_pb2.ErrorEvent) -> None:
+        head, _, token = event.subject.rpartition(".")
+        if head != "alnair.cmd.job" or not token:
+            return
+        await asyncio.to_thread(self._relay_refusal, subjects.name_of(token), event)
+
+    def _relay_refusal(self, name: str, event: platform_pb2.ErrorEvent) -> None:
+        when = st.stamp(event.observed_at) or self.clock()
+        for obj in self._named(name):
+            meta, status = obj["metadata"], obj.get("status") or {}
+            created = st.parse_time(meta.get("creationTimestamp"))
+            if (FINALIZER not in (meta.get("finalizers") or []) or meta.get("deletionTimestamp")
+                    or status.get("stateGeneration") or (created and when < created - CLOCK_SKEW)
+                    or status.get("message") == event.message):
+                continue  # not submitted yet, going, heard from its job, or told already
+            if int(status.get("observedGeneration") or 0) < _generation(obj):
+                # Held, maybe submitted a moment ago: the refusal can overtake the record.
+                raise TemporaryError(f"TrainingJob {meta['namespace']}/{name} is being submitted",
+                                     retry_after=0.5)
+            log.info("training job refused by the controller", job=f"{meta['namespace']}/{name}",
+                     error=event.message)
+            self._write(obj, st.refused(status, event.message, _generation(obj), when),
+                        conflict_is_temporary=True)
+
+    # -- API calls ----------------------------------------------------------------------------
+
+    def _get(self, namespace: str, name: str) -> Obj | None:
+        response = _call(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False), absent=(404,))
+        return None if response is None else _json(response)
+
+    def _named(self, name: str) -> list[Obj]:
+        selector = f"metadata.name={name}"
+        if self.namespace:
+            call = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
+                GROUP, VERSION, self.namespace, PLURAL, field_selector=selector, _preload_content=False)
+        else:
+            call = lambda: self.custom.list_cluster_custom_object(  # noqa: E731
+                GROUP, VERSION, PLURAL, field_selector=selector, _preload_content=False)
+        return list(_json(_call(f"list TrainingJobs named {name}", call)).get("items") or [])
+
+    def _hold(self, obj: Obj) -> Obj | None:
+        """Add the finalizer (the object as it is now), or None: the object changed since
+        (its newer event follows) or is gone (its DELETED event follows)."""
+        meta = obj["metadata"]
+        patch = {"metadata": {"finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                              "resourceVersion": meta["resourceVersion"]}}
+        response = _call(f"hold TrainingJob {meta['namespace']}/{meta['name']}",
+                         lambda: self.custom.patch_namespaced_custom_object(
+                             GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
+                             _content_type=MERGE_PATCH, _preload_content=False), absent=(404, 409))
+        return None if response is None else _json(response)
+
+    def _release(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        patch = {"metadata": {"finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+                              "resourceVersion": meta["resourceVersion"]}}
+        _call(f"release TrainingJob {meta['namespace']}/{meta['name']}",
+              lambda: self.custom.patch_namespaced_custom_object(
+                  GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
+                  _content_type=MERGE_PATCH), absent=(404, 409))
+        log.info("training job released", job=f"{meta['namespace']}/{meta['name']}")
+
+    def _write(self, obj: Obj, status: Obj, *, conflict_is_temporary: bool = False) -> None:
+        """Merge ``status`` into the object's status, if it is still the version read. A
+        conflict is retried by the caller's redelivery (states, refusals) or left to the
+        object's next watch event (its own steps)."""
+        meta = obj["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        what = f"write the status of TrainingJob {meta['namespace']}/{meta['name']}"
+        _call(what, lambda: self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, _content_type=MERGE_PATCH),
+            absent=(404,) if conflict_is_temporary else (404, 409))
+
+
+def _generation(obj: Obj) -> int:
+    return int(obj["metadata"].get("generation") or 1)
+
+
+def _call(what: str, call: Callable[[], Any], *, absent: tuple[int, ...] = ()) -> Any:
+    """``call()``; None for an ``absent`` status; else the failure as a permanent or temporary
+    Alnair error (the watch lanes and the consumers retry temporary ones)."""
+    try:
+        return call()
+    except ApiException as e:
+        if e.status in absent:
+            return None
+        raise classify(e, what) from e
+    except Exception as e:  # noqa: BLE001 - connection errors become temporary
+        error = classify(e, what)
+        if isinstance(error, TemporaryError | PermanentError):
+            raise error from e
+        raise
+
+
+def _json(response: Any) -> Obj:
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
