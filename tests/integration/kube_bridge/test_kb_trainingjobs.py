@@ -35,6 +35,7 @@ from alnair_common.testing.kube import KubeNamespace
 from alnair_kube_bridge import Changed
 from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
 from alnair_kube_bridge._training_job_spec import job_spec
+from alnair_kube_bridge._training_job_status import from_state
 from alnair_kube_bridge._training_jobs import FINALIZER, TrainingJobs
 
 J = job_pb2
@@ -137,6 +138,34 @@ def test_the_controller_reads_the_same_job_from_the_bridges_jobspec_as_from_the_
     doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
            "metadata": {"name": "resnet", "namespace": "team-a"}, "spec": spec}
     assert ej.from_proto(job_spec(doc)) == ej.from_mapping(doc)
+
+
+def test_conditions_move_only_when_their_status_flips() -> None:
+    def state(generation: int, phase: int, reason: str, second: int) -> J.JobState:
+        at = Timestamp(seconds=1_800_000_000 + second)
+        return J.JobState(generation=generation, phase=phase, reason=reason, message=reason,
+                          observed_at=at, entered_at=at,
+                          previous_phase=J.JOB_PHASE_PENDING if generation > 1 else J.JOB_PHASE_UNSPECIFIED)
+
+    def merged(status: dict[str, Any], new: dict[str, Any] | None) -> dict[str, Any]:
+        assert new is not None
+        return {**status, **new}  # what the merge patch does
+
+    def times(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+        return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"][17:19]) for c in status["conditions"]}
+
+    pending = merged({}, from_state({}, state(1, J.JOB_PHASE_PENDING, "WaitingForCapacity", 0), 1))
+    gang = merged(pending, from_state(pending, state(2, J.JOB_PHASE_SCHEDULING, "WaitingForGang", 5), 1))
+    assert times(gang)["Scheduling"] == ("True", "WaitingForGang", "00"), "True since Pending (:00)"
+    assert times(gang)["Running"] == ("False", "WaitingForCapacity", "00"), "an unchanged False stays"
+    running = merged(gang, from_state(gang, state(3, J.JOB_PHASE_RUNNING, "WorldFormed", 9), 1))
+    assert times(running)["Scheduling"] == ("False", "WorldFormed", "09")
+    assert times(running)["Running"] == ("True", "WorldFormed", "09")
+    assert running["startTime"] == pending["startTime"] == "2027-01-15T08:00:00Z"
+    assert from_state(running, state(2, J.JOB_PHASE_SCHEDULING, "WaitingForGang", 5), 1) is None
+    deleting = merged(running, from_state(running, state(4, J.JOB_PHASE_DELETING, "Deleting", 12), 2))
+    assert {c: v[0] for c, v in times(deleting).items()} == dict.fromkeys(times(deleting), "False")
+    assert deleting["observedGeneration"] == 2
 
 
 def test_bad_specs_names_and_spec_changes_are_refused_by_the_apiserver(jobs: Jobs) -> None:
