@@ -100,7 +100,8 @@ class JobWorkers:
         if plan.generation <= applied:
             return  # redelivered, or older than one carried out
         live = self._live_pods(name, namespace)
-        changes = plan_changes(plan, live)
+        changes = plan_changes(plan, live, pending=[u for u, p in live.items()
+                                                    if not (p.get("spec") or {}).get("nodeName")])
         for uid in changes.stop:
             self._delete_pod(live[uid], namespace)
         if changes.create:
