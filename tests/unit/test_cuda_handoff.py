@@ -52,10 +52,29 @@ def test_write_replaces_a_read_only_file_and_leaves_no_temporary(tmp_path: Path)
     (dict(workload_id="", gpu_uuid="GPU-1"), "workload id '' is empty"),
     (dict(workload_id="ml/a", gpu_uuid="GPU-1", memory_gib=-1), "memory -1 GiB is negative"),
     (dict(workload_id="ml/a", gpu_uuid="GPU-1", compute_percent=250), "compute 250 % is outside 0..100"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="run/mps"), "MPS pipe directory 'run/mps'"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="/mps\nmemory_bytes = 1"),
+     "MPS pipe directory"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="/mps#x"), "MPS pipe directory"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="/mps\0"), "MPS pipe directory"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="/mps "), "surrounding blanks"),
+    (dict(workload_id="ml/a", gpu_uuid="GPU-1", mps_pipe_directory="/" + "a" * 1023), "at most 1023 bytes"),
 ])
 def test_a_share_that_could_add_lines_or_is_impossible_is_refused(share: dict, message: str) -> None:
     with pytest.raises(PermanentError, match=message):
         CudaShare(**share)
+
+
+def test_mps_mode_names_the_pipe_directory_in_the_file_and_nowhere_else() -> None:
+    share = CudaShare("ml/a", "GPU-1", memory_gib=8, compute_percent=30,
+                      mps_pipe_directory="/run/alnair/mps/GPU-1/pipe")
+    lines = render_limits(share, workspace="/var/run/alnair").splitlines()
+    assert lines[1:] == [f"memory_bytes = {8 << 30}", "compute_percent = 30", "workload_id = ml/a",
+                         "mps_pipe_directory = /run/alnair/mps/GPU-1/pipe", "workspace = /var/run/alnair"]
+    assert "mps_pipe_directory" not in render_limits(CudaShare("ml/a", "GPU-1", compute_percent=30))
+    # The interceptor sets the MPS variables itself: the launcher hands over none.
+    env = interceptor_env(share, workspace="/var/run/alnair", interceptor="/lib/libalnair_cuda.so")
+    assert not [k for k in env if k.startswith("CUDA_MPS_")]
 
 
 def test_only_the_container_file_names_its_workspace() -> None:

@@ -51,6 +51,7 @@ static bool ci_context_dev_ok(CUdevice dev)
 static bool ci_context_enter(void)
 {
     ci_nvml_prepare(); /* its dlopen takes the loader's lock: never under ours */
+    ci_mps_enforce();  /* MPS mode: a context is created with the limits' client settings */
     uintptr_t self = (uintptr_t)pthread_self();
     if (atomic_load(&ci_context_owner) == self)
         return false;

@@ -31,6 +31,10 @@ void ci_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, but only when ALNAIR_CUDA_DEBUG is set to a non-empty value. */
 void ci_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ci_log_init(void);
+/* Drops the calling thread's lines (both kinds) until ci_log_mute(false): for a second,
+ * early reading of input whose problems the first use reports (the constructor's limits,
+ * ci_mps.c). One thread at a time. */
+void ci_log_mute(bool on);
 
 /* ---- ci_clock.c ---------------------------------------------------------- */
 
@@ -89,6 +93,8 @@ struct ci_limits {
     uint32_t mode;             /* CI_LIMITS_MODE_* */
     char workload_id[CI_REGION_WORKLOAD_ID_BYTES];
     char workspace[1024];      /* "" = no workspace: process-private region */
+    char mps_pipe_directory[1024]; /* "" = time-slicing mode; else MPS mode (ci_mps.c) */
+    bool mps_invalid;          /* the file's mps_pipe_directory was no absolute path */
 };
 
 /* The fixed limits file of container mode: a compile-time constant, never taken from the
@@ -102,8 +108,26 @@ int ci_limits_parse_percent(const char *text, uint32_t *out);
 /* Fills *out: from the fixed file when it exists (container mode), else from the limits
  * file in $ALNAIR_WORKSPACE (local mode); then the environment's limit variables, which
  * can only tighten. Invalid values print one stderr line each and take the strictest
- * value (0 bytes, 1 %), never "unlimited". */
+ * value (0 bytes, 1 %), never "unlimited"; an invalid mps_pipe_directory both. */
 void ci_limits_load(struct ci_limits *out);
+
+/* ---- ci_mps.c ------------------------------------------------------------ */
+
+/* MPS mode: the limits name an mps_pipe_directory; the process's MPS client variables
+ * (CUDA_MPS_PIPE_DIRECTORY, _ACTIVE_THREAD_PERCENTAGE, _PINNED_DEVICE_MEM_LIMIT) are
+ * written from the limits, over the process's own. None of these fails or blocks; none
+ * touches a variable without the key. */
+/* Library constructor: reads the limits quietly (their first real use reports their
+ * problems) and writes the variables before the program or the driver runs. */
+void ci_mps_early(void);
+/* The limits were loaded for good: writes the variables again and decides whether the
+ * SM partition replaces the throttle (the pipe directory holds the daemon's socket). */
+void ci_mps_start(const struct ci_limits *l);
+/* Before the driver is opened, a real cuInit or a context creation: puts back what the
+ * program changed since (from the loaded limits, else the constructor's reading). */
+void ci_mps_enforce(void);
+/* True when the compute limit is MPS's SM partition: the controller delays no launch. */
+bool ci_mps_partition_active(void);
 
 /* ---- ci_region.c --------------------------------------------------------- */
 

@@ -24,10 +24,15 @@
  *     compute_percent = 30      # 1..100 of one GPU's SMs
  *     workload_id = default/train-0/main
  *     workspace = /var/run/alnair   # container mode only: where the region is mounted
- * A key the file omits means "no limit" for that resource.
+ *     mps_pipe_directory = /run/alnair/mps/GPU-x   # MPS mode (ci_mps.c): the card's daemon
+ * A key the file omits means "no limit" for that resource (no mps_pipe_directory: the
+ * time-slicing mode). Like the limits, mps_pipe_directory counts in either file; no
+ * variable can set or remove it.
  *
  * Invalid values print one line on stderr and take the strictest meaning:
- * memory 0 bytes (every allocation fails), compute 1 %. Never "unlimited".
+ * memory 0 bytes (every allocation fails), compute 1 %. Never "unlimited". An invalid
+ * mps_pipe_directory (no absolute path) leaves MPS mode off and takes both: the SM
+ * partition it asked for cannot be set up, so nothing may run as if it had been.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -178,6 +183,23 @@ static void ci_limits_set_workspace(struct ci_limits *l, const char *value, cons
     l->workspace[0] = '\0';
 }
 
+/* Applies `mps_pipe_directory`: an absolute path, else an error that ci_limits_load turns
+ * into the strictest limits once the whole file is read (a later memory_bytes line must
+ * not undo it). */
+static void ci_limits_set_mps(struct ci_limits *l, const char *value, const char *path)
+{
+    if (value[0] == '/' && strlen(value) < sizeof l->mps_pipe_directory) {
+        snprintf(l->mps_pipe_directory, sizeof l->mps_pipe_directory, "%s", value);
+        l->mps_invalid = false;
+        return;
+    }
+    ci_log("invalid mps_pipe_directory in %s: \"%s\" (an absolute path of at most %zu bytes); "
+           "no MPS mode, refusing all GPU memory allocations, compute 1%%", path, value,
+           sizeof l->mps_pipe_directory - 1);
+    l->mps_pipe_directory[0] = '\0';
+    l->mps_invalid = true;
+}
+
 /* Parses the file contents in `buf` (modified in place). `fixed`: the container mode's
  * file, the only one whose `workspace` counts (a workspace cannot name itself). */
 static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *path, bool fixed)
@@ -213,7 +235,9 @@ static void ci_limits_parse_file(struct ci_limits *l, char *buf, const char *pat
         else if (strcmp(key, "workspace") == 0) {
             if (fixed)
                 ci_limits_set_workspace(l, value, path);
-        } else
+        } else if (strcmp(key, "mps_pipe_directory") == 0)
+            ci_limits_set_mps(l, value, path);
+        else
             ci_log("%s:%d: ignoring unknown key \"%s\"", path, lineno, key);
     }
 }
@@ -322,4 +346,8 @@ void ci_limits_load(struct ci_limits *out)
         }
     }
     ci_limits_tighten_from_env(out);
+    if (out->mps_invalid) {
+        out->memory_bytes = 0;
+        out->compute_percent = 1;
+    }
 }

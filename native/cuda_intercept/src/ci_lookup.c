@@ -135,6 +135,7 @@ CI_DLSYM_PATH static void ci_lookup_offer_real(int id, void *p)
 /* pthread_once body: opens the driver and resolves the tables. */
 static void ci_lookup_do_load_driver(void)
 {
+    ci_mps_enforce(); /* MPS mode: before the driver can read its environment */
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (h == NULL) {
         ci_log("cannot load libcuda.so.1 (%s)", dlerror());

@@ -25,6 +25,9 @@
  * NVML at all -> the rate measured in the first unthrottled window, scaled to
  * the target (open loop).
  *
+ * MPS mode with its daemon (ci_mps.c): everything above is measured and published, but no
+ * step sets a rate, so no launch waits: the SM partition is the compute limit.
+ *
  * Every CI_MONITOR_FOOTPRINT_TICKS ticks it compares what NVML shows this process
  * holding with what it has charged (ci_footprint_reconcile).
  *
@@ -204,6 +207,13 @@ static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint
         return;
     double seconds = (double)(b->t_ns - a->t_ns) / 1e9;
     double consumed = (double)(b->charged - a->charged) / seconds;
+    if (ci_mps_partition_active()) {
+        /* MPS mode: the SM partition is the compute limit; throttling on top would give
+         * the workload a share of its share. Measured and published, never enforced. */
+        ci_debug("dev %d: util %.1f%% of the MPS partition's %.0f%%, spent %.0f/s, not throttled",
+                 dev, util, m->ctl.target, consumed);
+        return;
+    }
     bool binding = b->throttled_ns > a->throttled_ns || ci_tokens_waiting(dev) > 0;
     double rate = ci_controller_update(&m->ctl, util, consumed, binding);
     ci_tokens_set_rate(dev, rate);

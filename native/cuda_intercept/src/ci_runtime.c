@@ -2,7 +2,9 @@
  * ci_runtime.c — the process-wide lifecycle of the interceptor.
  *
  * The constructor does almost nothing (every process of the container loads
- * the library, through LD_PRELOAD or /etc/ld.so.preload, and most never touch CUDA).
+ * the library, through LD_PRELOAD or /etc/ld.so.preload, and most never touch CUDA): it
+ * reads the limits file, quietly, only so that MPS mode (ci_mps.c) sets the MPS client's
+ * variables before the program or the driver can read them.
  * The first hooked call runs ci_runtime_ensure(): limits, region, real driver table,
  * region slot, memory ledger. The
  * real cuInit's success starts the monitor thread. pthread_atfork keeps the
@@ -29,10 +31,12 @@ static void ci_runtime_base_locked(void)
     if (ci_runtime_base_done)
         return;
     ci_limits_load(&ci_state.limits);
+    ci_mps_start(&ci_state.limits);
     ci_region_open(&ci_state.limits);
-    ci_debug("limits: memory %llu bytes, compute %u%%, source %u, workspace \"%s\"",
-             (unsigned long long)ci_state.limits.memory_bytes, ci_state.limits.compute_percent,
-             ci_state.limits.source, ci_state.limits.workspace);
+    ci_debug("limits: memory %llu bytes, compute %u%%, source %u, workspace \"%s\", "
+             "mps_pipe_directory \"%s\"", (unsigned long long)ci_state.limits.memory_bytes,
+             ci_state.limits.compute_percent, ci_state.limits.source, ci_state.limits.workspace,
+             ci_state.limits.mps_pipe_directory);
     ci_runtime_base_done = true;
 }
 
@@ -100,6 +104,7 @@ typedef CUresult (*ci_init_fn)(unsigned int);
 CUresult ci_on_init(void *real, unsigned int flags)
 {
     ci_runtime_ensure();
+    ci_mps_enforce();
     CUresult r = ((ci_init_fn)real)(flags);
     if (r == CUDA_SUCCESS)
         ci_runtime_after_cuinit();
@@ -150,6 +155,7 @@ static void ci_runtime_child_after_fork(void)
 __attribute__((constructor)) static void ci_runtime_constructor(void)
 {
     ci_log_init();
+    ci_mps_early();
     pthread_atfork(ci_runtime_prepare_fork, ci_runtime_parent_after_fork,
                    ci_runtime_child_after_fork);
 }

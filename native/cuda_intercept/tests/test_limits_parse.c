@@ -1,8 +1,8 @@
 /*
  * test_limits_parse — unit test of ci_limits.c: the value grammar, file
  * parsing, precedence (the environment only tightens; container mode's fixed file names
- * the workspace and ALNAIR_WORKSPACE is ignored) and the strict interpretation of invalid
- * input.
+ * the workspace and ALNAIR_WORKSPACE is ignored), mps_pipe_directory (MPS mode) and the
+ * strict interpretation of invalid input.
  */
 #include "ci_internal.h"
 #include "ci_test.h"
@@ -81,6 +81,42 @@ int main(void)
     CHECK(l.memory_bytes == 0 && l.compute_percent == 1, "invalid file values are strictest");
     printf("ok precedence and strict fallbacks\n");
 
+    /* MPS mode's key: an absolute path; an invalid one is no MPS mode and the strictest
+     * limits, whatever the lines after it say; the last valid line wins. */
+    ct_write_limits("mps_pipe_directory = /run/mps/GPU-1/pipe   # the card's daemon\n"
+                    "compute_percent = 30\n");
+    ci_limits_load(&l);
+    CHECK(strcmp(l.mps_pipe_directory, "/run/mps/GPU-1/pipe") == 0 && l.compute_percent == 30 &&
+              l.memory_bytes == CI_REGION_UNLIMITED, "MPS mode: \"%s\"", l.mps_pipe_directory);
+    ct_write_limits("memory_bytes = 8Gi\ncompute_percent = 30\n");
+    ci_limits_load(&l);
+    CHECK(l.mps_pipe_directory[0] == '\0', "no key: time-slicing mode");
+    static const char *const bad[] = {"relative/pipe", "", "./pipe"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "mps_pipe_directory = %s\nmemory_bytes = 8Gi\ncompute_percent = 30\n",
+                 bad[i]);
+        ct_write_limits(text);
+        ci_limits_load(&l);
+        CHECK(l.mps_pipe_directory[0] == '\0' && l.memory_bytes == 0 && l.compute_percent == 1,
+              "invalid mps_pipe_directory \"%s\": strictest (%llu bytes, %u%%)", bad[i],
+              (unsigned long long)l.memory_bytes, l.compute_percent);
+    }
+    char long_path[1100];
+    memset(long_path, 'a', sizeof long_path - 1);
+    long_path[0] = '/';
+    long_path[sizeof long_path - 1] = '\0';
+    char text[1200];
+    snprintf(text, sizeof text, "mps_pipe_directory = %s\n", long_path);
+    ct_write_limits(text);
+    ci_limits_load(&l);
+    CHECK(l.mps_pipe_directory[0] == '\0' && l.memory_bytes == 0, "a path too long is invalid");
+    ct_write_limits("mps_pipe_directory = relative\nmps_pipe_directory = /run/mps/b\n");
+    ci_limits_load(&l);
+    CHECK(strcmp(l.mps_pipe_directory, "/run/mps/b") == 0 && l.memory_bytes == CI_REGION_UNLIMITED &&
+              l.compute_percent == 90, "a later valid line replaces an invalid one");
+    printf("ok mps_pipe_directory\n");
+
     /* container mode: the fixed file names limits and workspace, the tenant's are ignored */
     ct_container("memory_bytes = 2Gi\nworkspace = /var/run/x\nworkload_id = ns/pod\n", "", 0);
     ct_write_limits("memory_bytes = 64Gi\n");
@@ -97,6 +133,10 @@ int main(void)
     ci_limits_load(&l);
     CHECK(strcmp(l.workspace, "/var/run/alnair") == 0, "default container workspace: %s", l.workspace);
     CHECK(l.memory_bytes == 8ull << 30, "the variable adds a limit the file does not set");
+    ct_write_file(CI_LIMITS_PATH, "mps_pipe_directory = /run/mps/c\n");
+    ci_limits_load(&l);
+    CHECK(l.mode == CI_LIMITS_MODE_CONTAINER && strcmp(l.mps_pipe_directory, "/run/mps/c") == 0,
+          "the fixed file's mps_pipe_directory");
     ct_write_file(CI_LIMITS_PATH, "workspace = relative/dir\n");
     ci_limits_load(&l);
     CHECK(l.workspace[0] == '\0', "an invalid workspace is none (which refuses allocations)");

@@ -21,6 +21,11 @@ The tenant is hostile: it controls its environment and any file it can write. So
   :data:`LOCAL_WORKSPACE_MODE`, the user's only); the limits hold against mistakes, not
   against that user (``native/cuda_intercept/README.md``, "What a limit guarantees").
 * In both, the environment's limit variables can only tighten the file's limits.
+* **MPS mode** (``mps_pipe_directory``): the card runs an MPS control daemon (the launcher's)
+  and the interceptor, from the limits file, sets the workload's MPS client settings itself:
+  the pipe directory, its compute share as the active-thread percentage (an SM partition),
+  its memory limit as the pinned-memory limit. None is handed over as a variable: a tenant's
+  own are overwritten.
 
 The invariants both adapters rely on:
 
@@ -104,6 +109,8 @@ LOCAL_WORKSPACE_MODE = 0o700
 
 GIB = 1 << 30
 _FORBIDDEN = frozenset("\n\r\0#")
+# The interceptor's buffer for mps_pipe_directory (ci_limits.c); it trims blanks around values.
+_MPS_PIPE_MAX_BYTES = 1023
 # ld.so.preload splits on blanks and ':'; a path holding one would preload something else.
 _PRELOAD_FORBIDDEN = frozenset(" \t\n\r\0:#")
 
@@ -113,12 +120,15 @@ class CudaShare:
     """One workload's share of one card, as the interceptor receives it.
 
     ``memory_gib`` and ``compute_percent`` of 0 mean no limit on that resource.
+    ``mps_pipe_directory``: MPS mode, the card's MPS pipe directory as the workload sees it
+    (absolute); empty: time-slicing mode.
     """
 
     workload_id: str
     gpu_uuid: str
     memory_gib: int = 0
     compute_percent: int = 0
+    mps_pipe_directory: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -129,6 +139,12 @@ class CudaShare:
         for name, value in (("workload id", self.workload_id), ("GPU UUID", self.gpu_uuid)):
             if not value or _FORBIDDEN & set(value):
                 problems.append(f"{name} {value!r} is empty or holds a line break, NUL or '#'")
+        mps = self.mps_pipe_directory
+        if mps and (not mps.startswith("/") or _FORBIDDEN & set(mps) or mps != mps.strip()
+                    or len(mps.encode()) > _MPS_PIPE_MAX_BYTES):
+            problems.append(f"MPS pipe directory {mps!r} is not an absolute path of at most "
+                            f"{_MPS_PIPE_MAX_BYTES} bytes without a line break, NUL, '#' or "
+                            "surrounding blanks")
         if problems:
             raise PermanentError(f"cannot hand {self.workload_id!r} to the interceptor: "
                                  + "; ".join(problems))
@@ -151,6 +167,8 @@ def render_limits(share: CudaShare, *, workspace: str | None = None) -> str:
     if share.compute_percent:
         lines.append(f"compute_percent = {share.compute_percent}")
     lines.append(f"workload_id = {share.workload_id}")
+    if share.mps_pipe_directory:
+        lines.append(f"mps_pipe_directory = {share.mps_pipe_directory}")
     if workspace is not None:
         if not workspace.startswith("/") or _FORBIDDEN & set(workspace):
             raise PermanentError(f"workspace {workspace!r} must be an absolute path without "

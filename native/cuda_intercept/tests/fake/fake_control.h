@@ -4,6 +4,7 @@
 #ifndef FAKE_CONTROL_H
 #define FAKE_CONTROL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define FAKECUDA_SAMPLE_PIDS 8
@@ -38,6 +39,11 @@ void fakecuda_clock_thread_spawn(int delta);
 /* Contexts the process has (primary ones retained + created): fake NVML lists the process
  * only while it has one. */
 int fakecuda_contexts(void);
+/* What the first call of `entry` ("cuInit" or "cuDriverGetVersion") of this process read
+ * of MPS client variable `var` (CUDA_MPS_PIPE_DIRECTORY, _ACTIVE_THREAD_PERCENTAGE,
+ * _PINNED_DEVICE_MEM_LIMIT): 1 and its value in out (at most len bytes) when it was set,
+ * 0 when unset, -1 when `entry` was not called yet. */
+int fakecuda_env_seen(const char *entry, const char *var, char *out, size_t len);
 /* Sets the device cuCtxGetDevice reports for the calling thread. */
 void fakecuda_set_device(int dev);
 

@@ -17,7 +17,8 @@
  * share one GPU), FAKECUDA_CAPTURING (streams report a capture), FAKECUDA_VIRTUAL_TIME
  * (virtual time: fake_clock.c), FAKECUDA_BENCH (free launches, no counting),
  * FAKECUDA_CTX_BYTES (device memory a context takes, 0), FAKECUDA_LAZY_IMAGE_BYTES (taken
- * once, at the first kernel launch: a lazily loaded module image, 0).  Control
+ * once, at the first kernel launch: a lazily loaded module image, 0). CUDA_MPS_* are only
+ * noted, as the first cuInit and cuDriverGetVersion see them (MPS mode's tests).  Control
  * API: fakecuda_* (fake_control.h).
  */
 #include <pthread.h>
@@ -211,7 +212,62 @@ FAKE_EXPORT void fakecuda_set_device(int dev)
 }
 
 
-F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); return CUDA_SUCCESS; }
+/* ---- the MPS client's environment ----------------------------------------------------
+ * The real driver reads CUDA_MPS_* when it initialises and connects to MPS; the fake notes
+ * what the first call of each entry point below would have read (fakecuda_env_seen). */
+static const char *const env_vars[] = {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"};
+#define ENV_VARS (sizeof env_vars / sizeof env_vars[0])
+static struct {
+    const char *entry;
+    int called;
+    int set[ENV_VARS];
+    char value[ENV_VARS][256];
+} env_seen[] = {{"cuInit", 0, {0}, {""}}, {"cuDriverGetVersion", 0, {0}, {""}}};
+static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void note_env(const char *entry)
+{
+    pthread_mutex_lock(&env_lock);
+    for (size_t i = 0; i < sizeof env_seen / sizeof env_seen[0]; i++) {
+        if (strcmp(env_seen[i].entry, entry) != 0 || env_seen[i].called)
+            continue;
+        env_seen[i].called = 1;
+        for (size_t v = 0; v < ENV_VARS; v++) {
+            const char *val = getenv(env_vars[v]);
+            env_seen[i].set[v] = val != NULL;
+            snprintf(env_seen[i].value[v], sizeof env_seen[i].value[v], "%s", val ? val : "");
+        }
+    }
+    pthread_mutex_unlock(&env_lock);
+}
+
+FAKE_EXPORT int fakecuda_env_seen(const char *entry, const char *var, char *out, size_t len)
+{
+    int rc = -1;
+    pthread_mutex_lock(&env_lock);
+    for (size_t i = 0; i < sizeof env_seen / sizeof env_seen[0]; i++)
+        for (size_t v = 0; v < ENV_VARS; v++)
+            if (strcmp(env_seen[i].entry, entry) == 0 && strcmp(env_vars[v], var) == 0 &&
+                env_seen[i].called) {
+                rc = env_seen[i].set[v];
+                snprintf(out, len, "%s", env_seen[i].value[v]);
+            }
+    pthread_mutex_unlock(&env_lock);
+    return rc;
+}
+
+F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); note_env("cuInit"); return CUDA_SUCCESS; }
+/* Not hooked by the interceptor: a program's call reaches the fake directly. */
+F(cuDriverGetVersion, (int *version))
+{
+    count_call("cuDriverGetVersion");
+    note_env("cuDriverGetVersion");
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = 12080;
+    return CUDA_SUCCESS;
+}
 F(cuDeviceGetCount, (int *count)) { *count = (int)env_u64("FAKECUDA_DEVICES", 1); return CUDA_SUCCESS; }
 F(cuDeviceGet, (CUdevice *dev, int ordinal)) { *dev = ordinal; return CUDA_SUCCESS; }
 F(cuCtxGetDevice, (CUdevice *dev)) { *dev = current_device; return CUDA_SUCCESS; }
@@ -377,7 +433,8 @@ struct entry {
 
 #define E(sym, base, ver, ptds) {#sym, #base, ver, ptds, (void *)sym}
 static const struct entry table[] = {
-    E(cuInit, cuInit, 2000, 0), E(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
+    E(cuInit, cuInit, 2000, 0), E(cuDriverGetVersion, cuDriverGetVersion, 2020, 0),
+    E(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
     E(cuDeviceGet, cuDeviceGet, 2000, 0), E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
     E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
     E(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
