@@ -33,9 +33,9 @@ class RunningAgent:
 
 
 async def start_agent(nats_url: str, data_dir: Path, *, gpus: str = "sim:2x80",
-                      interceptor: Path | None = None) -> RunningAgent:
+                      interceptor: Path | None = None, **settings_: object) -> RunningAgent:
     settings = LocalAgentSettings(nats_url=nats_url, data_dir=data_dir, node_name=NODE,
-                                  gpus=gpus, interceptor_lib=interceptor)
+                                  gpus=gpus, interceptor_lib=interceptor, **settings_)
     service = LocalAgentService(settings)
     task = asyncio.create_task(service.run())
 

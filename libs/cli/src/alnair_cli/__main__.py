@@ -53,6 +53,11 @@ def up(
         "--no-interceptor",
         help="Run real GPUs WITHOUT the interceptor: GPU memory and compute limits are not enforced.")
     ] = False,
+    mps: Annotated[bool, typer.Option(
+        "--mps",
+        help="MPS mode: a CUDA MPS control daemon per GPU; each workload's compute share is an SM "
+             "partition (guaranteed) instead of a time slice. Needs the interceptor.")
+    ] = False,
 ) -> None:
     """Start the local platform: embedded NATS with JetStream and the services."""
     running = PlatformInfo.read(data_dir)
@@ -61,7 +66,7 @@ def up(
                    f"{running.nats_url}); stop it first or use another --data-dir")
     try:
         choice = choose_interceptor(gpus, interceptor, no_interceptor)
-        extra_env = agent_env(gpus, interceptor, choice=choice)
+        extra_env = agent_env(gpus, interceptor, choice=choice, mps=mps)
     except ConfigError as e:
         raise fail(str(e), code=2) from e
     if choice.loud:

@@ -31,7 +31,7 @@ _COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_
 
 
 def agent_env(gpus: str | None, interceptor: Path | None, *, no_interceptor: bool = False,
-              choice: InterceptorChoice | None = None) -> dict[str, str]:
+              choice: InterceptorChoice | None = None, mps: bool = False) -> dict[str, str]:
     """Environment for the services from `alnair up`'s GPU options, checked before start.
     The interceptor is on by default where NVML finds real GPUs (:mod:`._interceptor`)."""
     env: dict[str, str] = {}
@@ -47,6 +47,11 @@ def agent_env(gpus: str | None, interceptor: Path | None, *, no_interceptor: boo
     choice = choice or choose_interceptor(gpus, interceptor, no_interceptor)
     if choice.library is not None:
         env["ALNAIR_INTERCEPTOR_LIB"] = str(choice.library)
+    if mps:
+        if choice.library is None:
+            raise ConfigError("--mps needs the interceptor (it sets each workload's MPS limits): "
+                              "build it (make -C native/cuda_intercept lib) or pass --interceptor")
+        env["ALNAIR_MPS"] = "true"
     return env
 
 

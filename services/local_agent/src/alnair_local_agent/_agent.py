@@ -30,6 +30,7 @@ from alnair_lifecycle import JOB_LABEL, WORKER_ENV, LifecyclePublisher
 
 from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
+from ._mps import MpsDaemons
 from ._submission import Submission
 from ._workspace import Workspace, still_running
 
@@ -40,8 +41,10 @@ PROGRESS_ENV = "ALNAIR_PROGRESS_FILE"
 
 class Agent:
     def __init__(self, bus: Bus, lifecycle: LifecyclePublisher, *, node: str, gpus: NodeGpus,
-                 workloads_dir: Path, interceptor: Path | None) -> None:
+                 workloads_dir: Path, interceptor: Path | None, mps: MpsDaemons | None = None) -> None:
         self.bus = bus
+        self.mps = mps
+        self.running: dict[str, tuple[str, str]] = {}  # uid -> (name, GPU uuid) while it runs
         self.lifecycle = lifecycle
         self.node = node
         self.gpus = gpus
@@ -127,7 +130,7 @@ class Agent:
         bound.assignment.CopyFrom(a)
         if self.gpus.simulated:  # carried by every later event, shown by `alnair ps`
             bound.annotations[SIMULATED_ANNOTATION] = "true"
-        share = cuda_share(a, d.workload.uid)
+        share = cuda_share(a, d.workload.uid, self.mps.pipe_directory(a.gpu_uuid) if self.mps else "")
         workspace.write_limits(share)
         await self.lifecycle.publish(bound)
         env = workload_env(self._environment(submission, workspace), share,
@@ -143,6 +146,7 @@ class Agent:
             await self.lifecycle.publish(self._public(bound, P.WORKLOAD_PHASE_FAILED, reason))
             return
         workspace.record_process(process.pid)
+        self.running[d.workload.uid] = (d.workload.name, a.gpu_uuid)
         running = self._public(bound, P.WORKLOAD_PHASE_RUNNING, self._running_note(a.gpu_uuid))
         running.started_at.FromDatetime(datetime.now(UTC))
         await self.lifecycle.publish(running)
@@ -221,7 +225,12 @@ class Agent:
         else:
             await self._finish(running, code, "")
 
+    def running_on(self, gpu_uuid: str) -> list[str]:
+        """Names of the workloads running on this card (an MPS server fault ends them all)."""
+        return sorted(name for name, gpu in self.running.values() if gpu == gpu_uuid)
+
     async def _finish(self, running: wl.Workload, code: int | None, reason: str) -> None:
+        self.running.pop(running.ref.uid, None)
         ok = code == 0
         done = self._public(running, P.WORKLOAD_PHASE_SUCCEEDED if ok else P.WORKLOAD_PHASE_FAILED,
                             reason or ("" if ok else f"exited with code {code}"))
@@ -244,6 +253,7 @@ class Agent:
             running = self._public(w, P.WORKLOAD_PHASE_RUNNING, w.message)
             if process is not None and still_running(*process):
                 log.info("running workload found again", name=w.ref.name, pid=process[0])
+                self.running[w.ref.uid] = (w.ref.name, w.assignment.gpu_uuid)
                 await self.lifecycle.publish(running)  # if it was only bound
                 self.watchers[w.ref.uid] = asyncio.create_task(
                     self._watch_adopted(running, workspace, *process))

@@ -30,10 +30,14 @@ PRELOAD_FOR_COMMAND = "ALNAIR_REAPER_LD_PRELOAD"
 REAPER = Path(__file__).with_name("_reaper.py")
 
 
-def cuda_share(assignment: common_pb2.GpuAssignment, workload_uid: str) -> CudaShare:
-    """What the interceptor gets of a local workload's assignment; its identity is the uid."""
+def cuda_share(assignment: common_pb2.GpuAssignment, workload_uid: str,
+               mps_pipe_directory: str = "") -> CudaShare:
+    """What the interceptor gets of a local workload's assignment; its identity is the uid.
+    In MPS mode, the card's pipe directory: the interceptor connects the workload there with
+    its share as MPS limits."""
     return CudaShare(workload_id=workload_uid, gpu_uuid=assignment.gpu_uuid,
-                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)
+                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent,
+                     mps_pipe_directory=mps_pipe_directory)
 
 
 def workload_env(base: dict[str, str], share: CudaShare, *, workspace: Workspace,

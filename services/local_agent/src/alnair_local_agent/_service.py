@@ -9,12 +9,14 @@ from typing import ClassVar
 from alnair.v1 import commands_pb2, job_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, TemporaryError, subjects
+from alnair_gpu import NodeGpus
 from alnair_lifecycle import LifecyclePublisher, Retention
 
 from ._agent import Agent
 from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
 from ._job_workers import JobWorkers
+from ._mps import MpsDaemons
 from ._retention import forget_expired
 from ._settings import LocalAgentSettings
 
@@ -42,8 +44,11 @@ class LocalAgentService(Service):
                       simulated=inventory.simulated)
         lifecycle = await LifecyclePublisher.open(
             self.bus, f"local-agent@{socket.gethostname()}")
+        mps = await self._start_mps(gpus) if s.mps else None
         self.agent = Agent(self.bus, lifecycle, node=s.node_name, gpus=gpus,
-                           workloads_dir=s.workloads_dir, interceptor=s.interceptor_lib)
+                           workloads_dir=s.workloads_dir, interceptor=s.interceptor_lib, mps=mps)
+        if mps is not None:
+            self.spawn(mps.supervise(s.mps_check_seconds, self.agent.running_on), name="mps")
         found = await self.agent.recover()
         if found:
             self.log.info("workloads found again after a restart", count=found)
@@ -72,6 +77,15 @@ class LocalAgentService(Service):
             await self.consume(DurableConsumer(
                 self.bus, stream="COMMANDS", durable=f"local-agent-{node}-{kind}",
                 subject=subject, message_type=message_type, handler=handler))
+
+    async def _start_mps(self, gpus: NodeGpus) -> MpsDaemons:
+        s = self.agent_settings
+        if s.interceptor_lib is None:
+            raise ConfigError("MPS mode needs the interceptor: it sets each workload's MPS compute "
+                              "and memory limits (set ALNAIR_INTERCEPTOR_LIB, or start without --mps)")
+        daemons = MpsDaemons(s.mps_control, s.mps_dir, [g.uuid for g in gpus.gpus])
+        await daemons.start()
+        return daemons
 
     async def _apply_retention(self, lifecycle: LifecyclePublisher) -> None:
         """Forget finished workloads past their retention, now and then every check period;

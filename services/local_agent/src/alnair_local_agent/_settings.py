@@ -25,6 +25,12 @@ class LocalAgentSettings(ServiceSettings):
     retention_check_seconds: float = Field(60.0, gt=0, le=86400,
                                            description="How often retention is applied")
 
+    mps: bool = Field(False, description="MPS mode: one CUDA MPS control daemon per GPU, each "
+                                         "workload's compute share an SM partition (`alnair up --mps`)")
+    mps_control: str = Field("nvidia-cuda-mps-control",
+                             description="The MPS control program (the NVIDIA driver's)")
+    mps_check_seconds: float = Field(5.0, gt=0, le=600,
+                                     description="How often each MPS control daemon is asked for its servers")
     worker_stop_grace_seconds: float = Field(
         10.0, gt=0, le=600, description="A training job's worker asked to stop gets SIGTERM, "
                                         "then SIGKILL after this long")
@@ -36,3 +42,7 @@ class LocalAgentSettings(ServiceSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def mps_dir(self) -> Path:
+        return self.data_dir / "mps"

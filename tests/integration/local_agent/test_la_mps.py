@@ -1,0 +1,84 @@
+"""MPS mode in local mode (``alnair up --mps``): one control daemon per card, started with
+that card alone visible and private pipe and log directories; each workload's limits file
+names its card's pipe directory, so the interceptor connects it there with its share as MPS
+limits; a daemon that stops answering is started again. The daemon is a stand-in
+(``fake_mps_control.py``: CI has no GPU and no MPS); the interceptor is the real one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+from la_support import SIM_GPU0, run_cli, start_agent
+
+from alnair_common import ConfigError
+from alnair_common.natsd import NatsServer
+from alnair_common.testing import wait_for
+
+FAKE_CONTROL = str(Path(__file__).with_name("fake_mps_control.py"))
+
+
+def starts(data_dir: Path) -> dict[str, list[dict]]:
+    found = {}
+    for log in data_dir.glob("mps/*/log/started.json"):
+        found[log.parent.parent.name] = [json.loads(line) for line in log.read_text().splitlines()]
+    return found
+
+
+def daemon_pid(data_dir: Path, gpu: str) -> int:
+    return int((data_dir / "mps" / gpu / "pipe" / "daemon.pid").read_text())
+
+
+async def test_a_daemon_per_card_workloads_pointed_at_it_and_a_dead_daemon_started_again(
+        nats_server: NatsServer, scheduler, tmp_path: Path, interceptor_lib: Path) -> None:
+    data_dir = tmp_path / "data"
+    agent = await start_agent(nats_server.url, data_dir, interceptor=interceptor_lib, mps=True,
+                              mps_control=FAKE_CONTROL, mps_check_seconds=0.2)
+    try:
+        started = starts(data_dir)
+        assert len(started) == 2  # sim:2x80
+        for gpu, runs in started.items():
+            assert runs == [{"CUDA_VISIBLE_DEVICES": gpu,
+                             "CUDA_MPS_PIPE_DIRECTORY": str(data_dir / "mps" / gpu / "pipe"),
+                             "CUDA_MPS_LOG_DIRECTORY": str(data_dir / "mps" / gpu / "log")}]
+            assert stat.S_IMODE((data_dir / "mps" / gpu / "pipe").stat().st_mode) == 0o700
+
+        done = await run_cli(["run", "--nats-url", nats_server.url, "--data-dir", str(data_dir),
+                              "--name", "mps-job", "--gpu-memory", "2", "--gpu-compute", "30", "--",
+                              "true"])
+        assert done.returncode == 0, done.stderr
+        [uid] = scheduler.bound
+        limits = (data_dir / "workloads" / uid / "limits").read_text()
+        assert f"mps_pipe_directory = {data_dir / 'mps' / SIM_GPU0 / 'pipe'}" in limits
+        assert "compute_percent = 30" in limits
+
+        os.kill(daemon_pid(data_dir, SIM_GPU0), signal.SIGKILL)  # the daemon dies
+        async def started_again() -> bool:
+            return len(starts(data_dir)[SIM_GPU0]) == 2
+
+        await wait_for(started_again, timeout=10, what="the daemon started again")
+        assert agent.service.agent.mps.restarts == 1
+    finally:
+        await agent.stop()
+        for pid_file in data_dir.glob("mps/*/pipe/daemon.pid"):
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+async def test_mps_mode_without_the_interceptor_is_refused_with_the_fix(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="MPS mode needs the interceptor"):
+        await start_agent(nats_server.url, tmp_path / "data", mps=True, mps_control=FAKE_CONTROL)
+
+
+async def test_a_missing_mps_control_program_is_refused_with_the_fix(
+        nats_server: NatsServer, tmp_path: Path, interceptor_lib: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot run '/nonexistent/mps-control'.*start without --mps"):
+        await start_agent(nats_server.url, tmp_path / "data", interceptor=interceptor_lib, mps=True,
+                          mps_control="/nonexistent/mps-control")
