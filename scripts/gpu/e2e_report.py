@@ -277,7 +277,8 @@ def render_report(r: dict[str, Any]) -> str:
     if sim:
         lines += ["**SIMULATED RUN** (`--sim`): a simulated card and CPU stand-ins of the workloads — this checks "
                   "the orchestration only; none of its numbers say anything about a GPU.", ""]
-    lines += [f"Status: **{r.get('status')}** after {r.get('elapsed_s', 0):.0f} s.", ""]
+    lines += [f"Status: **{r.get('status')}** after {r.get('elapsed_s', 0):.0f} s; sharing mode: "
+              f"**{r.get('sharing_mode', 'time-slicing')}**.", ""]
     lines += ["## Environment", ""]
     lines += _table(["what", "value"], [[k, str(env.get(k, "?"))] for k in
                                         ("date", "gpu", "driver", "cuda", "torch", "torch_cuda", "python",

@@ -232,6 +232,8 @@ class Demo:
     def start_platform(self) -> None:
         argv = self.alnair("up", "--port", str(self.port))
         argv += ["--gpus", SIM_GPUS] if self.sim else ["--interceptor", str(self.o.interceptor.resolve())]
+        argv += ["--mps"] if self.o.mps else []
+        self.results["sharing_mode"] = "mps" if self.o.mps else "time-slicing"
         env = {**self.cli_env, "ALNAIR_METRICS_PORT": str(self.metrics_port),
                "ALNAIR_SAMPLE_PERIOD_SECONDS": str(SAMPLE_PERIOD_S)}
         print(f"e2e: alnair up ({'simulated ' + SIM_GPUS if self.sim else 'interceptor ' + str(self.o.interceptor)}"
@@ -636,6 +638,10 @@ class Demo:
             signal_group(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for pipe in sorted(self.data_dir.glob("mps/*/pipe")):  # daemons outlive the platform by design
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, timeout=30,
+                               env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)}, capture_output=True)
         self.results["teardown"] = {"left_behind_then_killed": left, "clean": not wait_gone(self.ours(), 3)}
         self._keep_logs()
 
@@ -682,6 +688,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
                         "train (default 8; 0.5 with --sim)")
     p.add_argument("--commit", help="the commit to name in the report where the checkout has no .git")
     p.add_argument("--interceptor", type=Path, default=ROOT / "native/cuda_intercept/build/libalnair_cuda.so")
+    p.add_argument("--mps", action="store_true", help="`alnair up --mps`: compute shares as MPS SM partitions")
     p.add_argument("--data-dir", type=Path, default=None, help="the platform's data dir (default: a fresh temp dir)")
     p.add_argument("--keep-data", action="store_true", help="keep the platform's data dir afterwards")
     o = p.parse_args(argv)
