@@ -112,8 +112,8 @@ def main() -> None:
                 results["recovery"] = summary
                 results["step_seconds"] = steady_step_seconds(steps(ckpt), args.world)
                 print(json.dumps(summary, indent=1), flush=True)
-            for every in args.goodput:
-                name = f"goodput-{int(every)}"
+            for i, every in enumerate(args.goodput):
+                name = f"goodput-{int(every)}" + (f"-{i}" if args.goodput.count(every) > 1 else "")
                 ckpt = work / f"ckpt-{name}"
                 ckpt.mkdir()
                 platform.submit(name, ckpt=ckpt, steps=args.goodput_steps, step_sleep=args.step_sleep,

@@ -35,7 +35,7 @@ LAST_CALL_SECONDS = 3
 MONITOR_SECONDS = 0.5
 # A worker that stopped beating for this long is dropped from the rendezvous (torch's default
 # is 5 s × 3): how long survivors wait for a dead peer before their new round can close.
-KEEP_ALIVE_SECONDS = 2
+KEEP_ALIVE_SECONDS = 1
 KEEP_ALIVE_ATTEMPTS = 3
 
 
