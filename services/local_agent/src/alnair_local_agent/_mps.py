@@ -20,6 +20,7 @@ quit | CUDA_MPS_PIPE_DIRECTORY=… nvidia-cuda-mps-control` stops one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -70,9 +71,12 @@ class MpsDaemons:
         try:
             out, _ = await asyncio.wait_for(process.communicate(f"{command}\n".encode()), ANSWER_SECONDS)
         except TimeoutError:
-            process.kill()
-            await process.wait()
             return 124, "no answer"
+        finally:  # also when the agent stops mid-question: no process or pipe is left behind
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await asyncio.shield(process.wait())
         return process.returncode or 0, out.decode(errors="replace").strip()
 
     async def answering(self, card: MpsCard) -> bool:
