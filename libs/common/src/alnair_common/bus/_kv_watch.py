@@ -14,6 +14,7 @@ cannot stop the watch — the key keeps its last good value for the watcher.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -29,6 +30,7 @@ from ._catch_up import CatchUp
 from ._codec import decode
 
 M = TypeVar("M", bound=Message)
+DELETE_SECONDS = 1.0
 log = get_logger("alnair.bus")
 _REMOVED = ("DEL", "PURGE")
 
@@ -94,11 +96,14 @@ class KVWatch(Generic[M]):
             await self._watcher.stop()
         except nats.errors.Error as e:
             log.info("watch already gone", bucket=self.bucket, error=repr(e))
-        if js is not None and stream and consumer:
-            try:
-                await js.delete_consumer(stream, consumer)
-            except (nats.errors.Error, nats.js.errors.Error) as e:
-                log.info("watch consumer not deleted", bucket=self.bucket, error=repr(e))
+        connection = getattr(js, "_nc", None)
+        if js is None or not stream or not consumer or not getattr(connection, "is_connected", False):
+            return  # the bus is away (a stop during an outage): the server forgets it in 5 min
+        try:
+            # Bounded: a stopping service must not wait on a bus that went away meanwhile.
+            await asyncio.wait_for(js.delete_consumer(stream, consumer), DELETE_SECONDS)
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as e:
+            log.info("watch consumer not deleted", bucket=self.bucket, error=repr(e))
 
     def _typed(self, entry: KeyValue.Entry) -> KVUpdate[M] | None:
         revision = entry.revision or 0
