@@ -34,6 +34,7 @@ from .errors import RevisionConflictError, TemporaryError
 from .logs import get_logger
 
 BUCKET = "leases"
+RELEASE_SECONDS = 2.0  # handing the lease back at a stop: at most this long
 log = get_logger("alnair.leadership")
 
 
@@ -108,6 +109,7 @@ class Leadership:
                 log.info("lease renewal failed; retrying", lease=self.name, error=str(e))
 
     async def release(self) -> None:
-        """Hand the lease back at a clean stop, so a standby takes over at once."""
-        with contextlib.suppress(TemporaryError, RevisionConflictError):
-            await self.kv.delete(self.name, revision=self.revision)
+        """Hand the lease back at a clean stop, so a standby takes over at once. Bounded: a
+        stop because the bus went away must not wait for it (the lease then expires)."""
+        with contextlib.suppress(TemporaryError, RevisionConflictError, TimeoutError):
+            await asyncio.wait_for(self.kv.delete(self.name, revision=self.revision), RELEASE_SECONDS)

@@ -318,6 +318,9 @@ class Bus:
         self._micro.clear()
         if self.nc.is_closed:
             return
+        if not self.nc.is_connected:  # the bus went away: nothing to flush, and draining would
+            await self.nc.close()     # wait its whole drain timeout (30 s) for a reconnect
+            return
         try:
             await self.nc.drain()
         except (TimeoutError, nats.errors.Error) as e:
