@@ -28,6 +28,7 @@ from alnair_lifecycle import RENDEZVOUS_LABEL
 
 from ._job_objects import GANG_LABEL, ROUNDS_CONTAINER
 from ._job_workers import job_selector
+from ._kube_errors import response_json
 
 log = get_logger("alnair.kube-bridge.rounds")
 Obj = dict[str, Any]
@@ -124,18 +125,12 @@ class RoundsRelay:
         else:
             response = self.core.list_pod_for_all_namespaces(label_selector=selector,
                                                              _preload_content=False)
-        try:
-            return list(json.loads(response.data).get("items") or [])
-        finally:
-            response.release_conn()
+        return list(response_json(response).get("items") or [])
 
     def _worker_uids(self, name: str, namespace: str) -> dict[str, str]:
         response = self.core.list_namespaced_pod(namespace, label_selector=job_selector(name, namespace),
                                                  _preload_content=False)
-        try:
-            items = json.loads(response.data).get("items") or []
-        finally:
-            response.release_conn()
+        items = response_json(response).get("items") or []
         return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
 
     def _read_log(self, namespace: str, pod: str, container: str) -> str:

@@ -22,20 +22,18 @@ call failed is finished by its redelivery: the live pods are counted again.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from alnair.v1 import job_pb2
 from alnair_common import PermanentError, get_logger
 from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, RENDEZVOUS_LABEL, plan_changes
 
 from . import _job_objects as o
-from ._kube_errors import MERGE_PATCH, KubeApiError, classify
+from ._kube_errors import MERGE_PATCH, KubeApiError, api_call, api_json
 from ._training_job_spec import API_VERSION as TJ_API_VERSION
 from ._training_job_spec import GROUP as TJ_GROUP
 from ._training_job_spec import KIND as TJ_KIND
@@ -93,7 +91,7 @@ class JobWorkers:
     def apply(self, plan: job_pb2.WorkerPlan, namespace: str) -> None:
         name, base = plan.spec.name, o.base_name(namespace, plan.spec.name)
         job, anchor_name = f"{namespace}/{name}", o.workers_service_name(base)
-        anchor = self._json(f"read Service {namespace}/{anchor_name}", lambda: self.core.read_namespaced_service(
+        anchor = api_json(f"read Service {namespace}/{anchor_name}", lambda: self.core.read_namespaced_service(
             anchor_name, namespace, _preload_content=False), absent=(404,))
         applied = int(((anchor or {}).get("metadata", {}).get("annotations") or {})
                       .get(o.GENERATION_ANNOTATION) or 0)
@@ -109,7 +107,7 @@ class JobWorkers:
             if anchor is None:
                 job_owner = (None if job_object is None else
                              o.owner(job_object, api_version=TJ_API_VERSION, kind=TJ_KIND))
-                anchor = self._json(f"create Service {namespace}/{anchor_name}",
+                anchor = api_json(f"create Service {namespace}/{anchor_name}",
                                     lambda: self.core.create_namespaced_service(
                                         namespace, o.workers_service(plan, namespace, base, job_owner),
                                         _preload_content=False))
@@ -121,14 +119,14 @@ class JobWorkers:
             for _ in range(changes.create):
                 pod = o.worker_pod(plan, namespace, base, scheduler_name=self.scheduler_name,
                                    owned_by=owned_by, pod_group=group, job_owner=pod_owner)
-                self._call(f"create a worker pod of {job}",
+                api_call(f"create a worker pod of {job}",
                            lambda pod=pod: self.core.create_namespaced_pod(namespace, pod))
         self._remove_gangs(name, namespace, keep=plan.rendezvous_id if plan.target else None)
         if plan.phase in ENDED and not plan.target:
             self._end(plan, namespace, anchor_name, anchor is not None)
         elif anchor is not None:
             patch = {"metadata": {"annotations": {o.GENERATION_ANNOTATION: str(plan.generation)}}}
-            self._call(f"annotate Service {namespace}/{anchor_name}", lambda: self.core.patch_namespaced_service(
+            api_call(f"annotate Service {namespace}/{anchor_name}", lambda: self.core.patch_namespaced_service(
                 anchor_name, namespace, patch, _content_type=MERGE_PATCH))
         log.info("worker plan applied", job=job, generation=plan.generation, target=plan.target,
                  stopped=len(changes.stop), created=changes.create)
@@ -140,7 +138,7 @@ class JobWorkers:
         makes none) and the bridge may read it; another job of the name is not it."""
         name = plan.spec.name
         try:
-            found = self._json(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
+            found = api_json(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
                 TJ_GROUP, TJ_VERSION, namespace, TJ_PLURAL, name, _preload_content=False), absent=(403, 404))
             return found if found is not None and same_job(job_spec(found), plan.spec) else None
         except PermanentError as e:
@@ -148,7 +146,7 @@ class JobWorkers:
             return None
 
     def _job_pods(self, name: str, namespace: str) -> list[Obj]:
-        found = self._json(f"list the worker pods of {namespace}/{name}", lambda: self.core.list_namespaced_pod(
+        found = api_json(f"list the worker pods of {namespace}/{name}", lambda: self.core.list_namespaced_pod(
             namespace, label_selector=job_selector(name, namespace), _preload_content=False))
         return list((found or {}).get("items") or [])
 
@@ -161,7 +159,7 @@ class JobWorkers:
         log.info("stopping worker", namespace=namespace, pod=meta["name"])
         options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=meta["uid"]))
         # 404: gone already; 409: the name is another pod's now (this one is gone too).
-        self._call(f"delete pod {namespace}/{meta['name']}", lambda: self.core.delete_namespaced_pod(
+        api_call(f"delete pod {namespace}/{meta['name']}", lambda: self.core.delete_namespaced_pod(
             meta["name"], namespace, body=options), absent=(404, 409))
 
     def _ensure_gang(self, plan: job_pb2.WorkerPlan, namespace: str, base: str,
@@ -170,18 +168,18 @@ class JobWorkers:
         places the missing workers all-or-nothing on Alnair's scheduler. 409: made for this
         gang by an earlier plan."""
         gang = o.gang_name(base, plan.rendezvous_id)
-        self._call(f"create pod {namespace}/{gang}", lambda: self.core.create_namespaced_pod(
+        api_call(f"create pod {namespace}/{gang}", lambda: self.core.create_namespaced_pod(
             namespace, o.rendezvous_pod(plan, namespace, base, owned_by=owned_by)), absent=(409,))
-        self._call(f"create Service {namespace}/{gang}", lambda: self.core.create_namespaced_service(
+        api_call(f"create Service {namespace}/{gang}", lambda: self.core.create_namespaced_service(
             namespace, o.rendezvous_service(plan, namespace, base, owned_by=owned_by)), absent=(409,))
         if not plan.gang_min or plan.spec.whole_gpus:  # the default scheduler knows no gangs
             return None
         group_api, version, plural = o.PODGROUP_API
-        created = self._call(f"create PodGroup {namespace}/{gang}", lambda: self.custom.create_namespaced_custom_object(
+        created = api_call(f"create PodGroup {namespace}/{gang}", lambda: self.custom.create_namespaced_custom_object(
             group_api, version, namespace, plural, o.pod_group(plan, namespace, base, owned_by=owned_by)),
             absent=(409,))
         if created is None:  # the gang's group exists: the same gang asked again, maybe smaller
-            self._call(f"patch PodGroup {namespace}/{gang}", lambda: self.custom.patch_namespaced_custom_object(
+            api_call(f"patch PodGroup {namespace}/{gang}", lambda: self.custom.patch_namespaced_custom_object(
                 group_api, version, namespace, plural, gang, {"spec": {"minMember": plan.gang_min}},
                 _content_type=MERGE_PATCH))
         return gang
@@ -202,11 +200,11 @@ class JobWorkers:
              lambda n: self.custom.delete_namespaced_custom_object(group_api, version, namespace, plural, n)),
         ]
         for kind, list_call, delete in kinds:
-            found = self._json(f"list the rendezvous {kind} of {namespace}/{name}", list_call) or {}
+            found = api_json(f"list the rendezvous {kind} of {namespace}/{name}", list_call) or {}
             for item in found.get("items") or []:
                 gone = item["metadata"]["name"]
                 log.info("rendezvous object removed", kind=kind, name=gone, namespace=namespace)
-                self._call(f"delete {kind} {namespace}/{gone}", lambda d=delete, g=gone: d(g), absent=(404,))
+                api_call(f"delete {kind} {namespace}/{gone}", lambda d=delete, g=gone: d(g), absent=(404,))
 
     def _end(self, plan: job_pb2.WorkerPlan, namespace: str, anchor_name: str, has_anchor: bool) -> None:
         """The job ended: its workers Service goes, with its record of the generation. A
@@ -217,29 +215,7 @@ class JobWorkers:
                 self._delete_pod(pod, namespace)
         if has_anchor:
             policy = "Background" if deleted else "Orphan"
-            self._call(f"delete Service {namespace}/{anchor_name}", lambda: self.core.delete_namespaced_service(
+            api_call(f"delete Service {namespace}/{anchor_name}", lambda: self.core.delete_namespaced_service(
                 anchor_name, namespace, propagation_policy=policy), absent=(404,))
 
     # -- API calls ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _call(what: str, call: Callable[[], Any], *, absent: Collection[int] = ()) -> Any:
-        """``call()``; None when the API answers one of the ``absent`` statuses; else its
-        failure classified (permanent: the plan is refused; temporary: retried)."""
-        try:
-            return call()
-        except ApiException as e:
-            if e.status in absent:
-                return None
-            raise classify(e, what) from e
-        except Exception as e:  # noqa: BLE001 - connection errors become temporary
-            raise classify(e, what) from e
-
-    def _json(self, what: str, call: Callable[[], Any], *, absent: Collection[int] = ()) -> Obj | None:
-        response = self._call(what, call, absent=absent)
-        if response is None:
-            return None
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()

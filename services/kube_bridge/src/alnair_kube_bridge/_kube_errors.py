@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection
+from typing import Any
 
 import urllib3.exceptions
 from kubernetes.client.rest import ApiException
@@ -41,3 +43,33 @@ def classify(e: Exception, what: str) -> Exception:
     if isinstance(e, urllib3.exceptions.HTTPError | OSError):
         return TemporaryError(f"{what}: Kubernetes API unreachable: {e!r}", retry_after=2.0)
     return e
+
+
+def api_call(what: str, call: Callable[[], Any], *, absent: Collection[int] = ()) -> Any:
+    """``call()``; None when the API answers one of the ``absent`` statuses; else its failure
+    classified (permanent: refused for good; temporary: retried by the caller's lane)."""
+    try:
+        return call()
+    except ApiException as e:
+        if e.status in absent:
+            return None
+        raise classify(e, what) from e
+    except Exception as e:  # noqa: BLE001 - connection errors become temporary
+        error = classify(e, what)
+        if error is e:
+            raise
+        raise error from e
+
+
+def response_json(response: Any) -> dict[str, Any]:
+    """The body of a call made with ``_preload_content=False``, its connection released."""
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+def api_json(what: str, call: Callable[[], Any], *, absent: Collection[int] = ()) -> dict[str, Any] | None:
+    """:func:`api_call` of a ``_preload_content=False`` call, its body parsed."""
+    response = api_call(what, call, absent=absent)
+    return None if response is None else response_json(response)

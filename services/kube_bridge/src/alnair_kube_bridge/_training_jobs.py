@@ -26,19 +26,17 @@ object of that name that waits for its first state gets it).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from alnair.v1 import job_pb2, platform_pb2
 from alnair_common import Bus, PermanentError, TemporaryError, get_logger, subjects
 
 from . import _training_job_status as st
-from ._kube_errors import MERGE_PATCH, classify
+from ._kube_errors import MERGE_PATCH, api_call, api_json
 from ._training_job_spec import GROUP, PLURAL, VERSION, job_key, job_spec, same_job
 from ._watch import Changed, Synced
 
@@ -168,9 +166,8 @@ class TrainingJobs:
     # -- API calls ----------------------------------------------------------------------------
 
     def _get(self, namespace: str, name: str) -> Obj | None:
-        response = _call(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
+        return api_json(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, _preload_content=False), absent=(404,))
-        return None if response is None else _json(response)
 
     def _named(self, name: str) -> list[Obj]:
         selector = f"metadata.name={name}"
@@ -180,7 +177,7 @@ class TrainingJobs:
         else:
             call = lambda: self.custom.list_cluster_custom_object(  # noqa: E731
                 GROUP, VERSION, PLURAL, field_selector=selector, _preload_content=False)
-        return list(_json(_call(f"list TrainingJobs named {name}", call)).get("items") or [])
+        return list((api_json(f"list TrainingJobs named {name}", call) or {}).get("items") or [])
 
     def _hold(self, obj: Obj) -> Obj | None:
         """Add the finalizer (the object as it is now), or None: the object changed since
@@ -188,17 +185,16 @@ class TrainingJobs:
         meta = obj["metadata"]
         patch = {"metadata": {"finalizers": [*(meta.get("finalizers") or []), FINALIZER],
                               "resourceVersion": meta["resourceVersion"]}}
-        response = _call(f"hold TrainingJob {meta['namespace']}/{meta['name']}",
-                         lambda: self.custom.patch_namespaced_custom_object(
-                             GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
-                             _content_type=MERGE_PATCH, _preload_content=False), absent=(404, 409))
-        return None if response is None else _json(response)
+        return api_json(f"hold TrainingJob {meta['namespace']}/{meta['name']}",
+                        lambda: self.custom.patch_namespaced_custom_object(
+                            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
+                            _content_type=MERGE_PATCH, _preload_content=False), absent=(404, 409))
 
     def _release(self, obj: Obj) -> None:
         meta = obj["metadata"]
         patch = {"metadata": {"finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
                               "resourceVersion": meta["resourceVersion"]}}
-        _call(f"release TrainingJob {meta['namespace']}/{meta['name']}",
+        api_call(f"release TrainingJob {meta['namespace']}/{meta['name']}",
               lambda: self.custom.patch_namespaced_custom_object(
                   GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
                   _content_type=MERGE_PATCH), absent=(404, 409))
@@ -211,33 +207,10 @@ class TrainingJobs:
         meta = obj["metadata"]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         what = f"write the status of TrainingJob {meta['namespace']}/{meta['name']}"
-        _call(what, lambda: self.custom.patch_namespaced_custom_object_status(
+        api_call(what, lambda: self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, _content_type=MERGE_PATCH),
             absent=(404,) if conflict_is_temporary else (404, 409))
 
 
 def _generation(obj: Obj) -> int:
     return int(obj["metadata"].get("generation") or 1)
-
-
-def _call(what: str, call: Callable[[], Any], *, absent: tuple[int, ...] = ()) -> Any:
-    """``call()``; None for an ``absent`` status; else the failure as a permanent or temporary
-    Alnair error (the watch lanes and the consumers retry temporary ones)."""
-    try:
-        return call()
-    except ApiException as e:
-        if e.status in absent:
-            return None
-        raise classify(e, what) from e
-    except Exception as e:  # noqa: BLE001 - connection errors become temporary
-        error = classify(e, what)
-        if isinstance(error, TemporaryError | PermanentError):
-            raise error from e
-        raise
-
-
-def _json(response: Any) -> Obj:
-    try:
-        return json.loads(response.data)
-    finally:
-        response.release_conn()
