@@ -10,13 +10,10 @@ never on the bus), ``applied`` (the newest WorkerPlan generation carried out) an
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from alnair_common.cuda_handoff import LOCAL_WORKSPACE_MODE
-
-from ._workspace import _write
+from ._workspace import _write, make_private_directory, read_environment, write_environment
 
 
 @dataclass(frozen=True)
@@ -27,21 +24,13 @@ class JobFiles:
     def of(cls, jobs_dir: Path, namespace: str, name: str) -> JobFiles:
         return cls(jobs_dir / f"{namespace or 'default'}.{name}")
 
-    def _make_directory(self) -> None:
-        self.path.mkdir(mode=LOCAL_WORKSPACE_MODE, parents=True, exist_ok=True)
-        self.path.chmod(LOCAL_WORKSPACE_MODE)
-
     def write_submission(self, environment: dict[str, str], working_dir: str) -> None:
-        self._make_directory()
-        _write(self.path / "environment.json", json.dumps(environment).encode(), mode=0o600)
+        make_private_directory(self.path)
+        write_environment(self.path / "environment.json", environment)
         _write(self.path / "working_dir", working_dir.encode(), mode=0o600)
 
     def environment(self) -> dict[str, str] | None:
-        try:
-            env = json.loads((self.path / "environment.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None
+        return read_environment(self.path / "environment.json")
 
     def working_dir(self) -> str:
         try:
@@ -56,7 +45,7 @@ class JobFiles:
             return 0
 
     def record_applied(self, generation: int) -> None:
-        self._make_directory()
+        make_private_directory(self.path)
         _write(self.path / "applied", str(generation).encode())
 
     def rendezvous(self, rendezvous_id: str) -> Path:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alnair_common import ConfigError, get_logger
-from alnair_common.cuda_handoff import LOCAL_WORKSPACE_MODE
+
+from ._workspace import make_private_directory
 
 log = get_logger("alnair.local-agent")
 ANSWER_SECONDS = 10.0
@@ -95,8 +96,7 @@ class MpsDaemons:
 
     async def _launch(self, card: MpsCard) -> None:
         for d in (card.root, card.pipe, card.logs):
-            d.mkdir(mode=LOCAL_WORKSPACE_MODE, parents=True, exist_ok=True)
-            d.chmod(LOCAL_WORKSPACE_MODE)
+            make_private_directory(d)
         start_log = card.logs / "start.log"
         # Its output to a file, not a pipe: the daemon it forks may keep the pipe open.
         with open(start_log, "ab") as out_file:  # noqa: ASYNC230 - once per daemon start

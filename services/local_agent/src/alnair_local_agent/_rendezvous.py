@@ -22,7 +22,7 @@ from alnair_common import PermanentError, TemporaryError, get_logger
 from alnair_common.cuda_handoff import ENV_VARIABLES
 
 from ._job_files import JobFiles
-from ._workspace import process_start_time, still_running
+from ._workspace import record_process, recorded_process, still_running
 
 log = get_logger("alnair.local-agent")
 HOST_SCRIPT = Path(alnair_lifecycle.__file__).with_name("rendezvous_host.py")
@@ -66,7 +66,7 @@ class RendezvousHosts:
                 python, str(HOST_SCRIPT), "--run-id", rendezvous_id, "--dir", str(where),
                 "--host", self.host, env=clean, stdin=asyncio.subprocess.DEVNULL, stdout=out,
                 stderr=out, start_new_session=True)
-        (where / "pid").write_text(f"{process.pid} {process_start_time(process.pid)}\n")
+        record_process(where / "pid", process.pid)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_SECONDS
         while loop.time() < deadline:
@@ -110,21 +110,13 @@ class RendezvousHosts:
                 yield number, members
 
 
-def _pid(where: Path) -> tuple[int, str] | None:
-    try:
-        pid, started = (where / "pid").read_text().split()
-        return int(pid), started
-    except (OSError, ValueError):
-        return None
-
-
 def _running(where: Path) -> bool:
-    found = _pid(where)
+    found = recorded_process(where / "pid")
     return found is not None and still_running(*found)
 
 
 def _signal(where: Path, sig: int) -> None:
-    found = _pid(where)
+    found = recorded_process(where / "pid")
     if found is not None and still_running(*found):
         try:
             os.kill(found[0], sig)

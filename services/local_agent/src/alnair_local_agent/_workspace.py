@@ -45,27 +45,17 @@ class Workspace:
         return self.path / "exit_code"
 
     def create(self, submission: wl.Workload) -> None:
-        self._make_directory()
+        make_private_directory(self.path)
         _write(self.path / "submission.pb", submission.SerializeToString())
-
-    def _make_directory(self) -> None:
-        self.path.mkdir(mode=LOCAL_WORKSPACE_MODE, parents=True, exist_ok=True)
-        self.path.chmod(LOCAL_WORKSPACE_MODE)  # also one made before, or under another umask
 
     def write_environment(self, env: dict[str, str]) -> None:
         """The submitter's environment, for the agent to start the command with (mode 0600)."""
-        self._make_directory()
-        _write(self.path / "environment.json", json.dumps(env).encode(), mode=0o600)
+        make_private_directory(self.path)
+        write_environment(self.path / "environment.json", env)
 
     def environment(self) -> dict[str, str] | None:
         """What ``write_environment`` left; None when absent or unreadable."""
-        try:
-            env = json.loads((self.path / "environment.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(env, dict):
-            return None
-        return {str(k): str(v) for k, v in env.items()}
+        return read_environment(self.path / "environment.json")
 
     def submission(self) -> wl.Workload | None:
         try:
@@ -81,14 +71,10 @@ class Workspace:
         write_limits(self.path, share)
 
     def record_process(self, pid: int) -> None:
-        _write(self.path / "pid", f"{pid} {process_start_time(pid)}\n".encode())
+        record_process(self.path / "pid", pid)
 
     def process(self) -> tuple[int, str] | None:
-        try:
-            pid, started = (self.path / "pid").read_text().split()
-            return int(pid), started
-        except (OSError, ValueError):
-            return None
+        return recorded_process(self.path / "pid")
 
     def child_pid(self) -> int | None:
         """The command's own pid (the reaper's child), once it started."""
@@ -102,6 +88,41 @@ class Workspace:
             return int(self.exit_file.read_text().strip())
         except (OSError, ValueError):
             return None
+
+
+def make_private_directory(path: Path) -> None:
+    """A directory of the platform's user only (:data:`LOCAL_WORKSPACE_MODE`)."""
+    path.mkdir(mode=LOCAL_WORKSPACE_MODE, parents=True, exist_ok=True)
+    path.chmod(LOCAL_WORKSPACE_MODE)  # also one made before, or under another umask
+
+
+def write_environment(path: Path, env: dict[str, str]) -> None:
+    """A submitting shell's environment, readable by the platform's user only (0600)."""
+    _write(path, json.dumps(env).encode(), mode=0o600)
+
+
+def read_environment(path: Path) -> dict[str, str] | None:
+    """What :func:`write_environment` left; None when absent or unreadable."""
+    try:
+        env = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict):
+        return None
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def record_process(pid_file: Path, pid: int) -> None:
+    """``<pid> <start time>``: enough to recognise the process after an agent restart."""
+    _write(pid_file, f"{pid} {process_start_time(pid)}\n".encode())
+
+
+def recorded_process(pid_file: Path) -> tuple[int, str] | None:
+    try:
+        pid, started = pid_file.read_text().split()
+        return int(pid), started
+    except (OSError, ValueError):
+        return None
 
 
 def process_start_time(pid: int) -> str:
