@@ -8,7 +8,8 @@
  * driver, counts calls per exported symbol and keeps fake device memory. The
  * simulated GPU (kernel time, utilisation samples for fake NVML, streams and
  * events) is fake_gpu.c; contexts, arrays and inter-process handles fake_objects.c;
- * graphs, stream capture and the graph memory pool fake_graph.c.
+ * graphs, stream capture and the graph memory pool fake_graph.c; what the MPS client's
+ * variables were at the first driver calls fake_mps_env.c.
  *
  * Environment: FAKECUDA_DEVICES (1), FAKECUDA_TOTAL_MEM (16 GiB),
  * FAKECUDA_SMS (132), FAKECUDA_WAVE_NS (20000: one wave of blocks),
@@ -212,57 +213,12 @@ FAKE_EXPORT void fakecuda_set_device(int dev)
 }
 
 
-/* ---- the MPS client's environment ----------------------------------------------------
- * The real driver reads CUDA_MPS_* when it initialises and connects to MPS; the fake notes
- * what the first call of each entry point below would have read (fakecuda_env_seen). */
-static const char *const env_vars[] = {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"};
-#define ENV_VARS (sizeof env_vars / sizeof env_vars[0])
-static struct {
-    const char *entry;
-    int called;
-    int set[ENV_VARS];
-    char value[ENV_VARS][256];
-} env_seen[] = {{"cuInit", 0, {0}, {""}}, {"cuDriverGetVersion", 0, {0}, {""}}};
-static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void note_env(const char *entry)
-{
-    pthread_mutex_lock(&env_lock);
-    for (size_t i = 0; i < sizeof env_seen / sizeof env_seen[0]; i++) {
-        if (strcmp(env_seen[i].entry, entry) != 0 || env_seen[i].called)
-            continue;
-        env_seen[i].called = 1;
-        for (size_t v = 0; v < ENV_VARS; v++) {
-            const char *val = getenv(env_vars[v]);
-            env_seen[i].set[v] = val != NULL;
-            snprintf(env_seen[i].value[v], sizeof env_seen[i].value[v], "%s", val ? val : "");
-        }
-    }
-    pthread_mutex_unlock(&env_lock);
-}
-
-FAKE_EXPORT int fakecuda_env_seen(const char *entry, const char *var, char *out, size_t len)
-{
-    int rc = -1;
-    pthread_mutex_lock(&env_lock);
-    for (size_t i = 0; i < sizeof env_seen / sizeof env_seen[0]; i++)
-        for (size_t v = 0; v < ENV_VARS; v++)
-            if (strcmp(env_seen[i].entry, entry) == 0 && strcmp(env_vars[v], var) == 0 &&
-                env_seen[i].called) {
-                rc = env_seen[i].set[v];
-                snprintf(out, len, "%s", env_seen[i].value[v]);
-            }
-    pthread_mutex_unlock(&env_lock);
-    return rc;
-}
-
-F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); note_env("cuInit"); return CUDA_SUCCESS; }
+F(cuInit, (unsigned int flags)) { (void)flags; count_call("cuInit"); fake_note_env("cuInit"); return CUDA_SUCCESS; }
 /* Not hooked by the interceptor: a program's call reaches the fake directly. */
 F(cuDriverGetVersion, (int *version))
 {
     count_call("cuDriverGetVersion");
-    note_env("cuDriverGetVersion");
+    fake_note_env("cuDriverGetVersion");
     if (version == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *version = 12080;

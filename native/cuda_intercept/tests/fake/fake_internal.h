@@ -60,6 +60,8 @@ int fake_capturing(CUstream s);
 /* On a capturing stream: adds a memory node to the captured graph, *dptr its address;
  * returns 1. Returns 0 (nothing done) on any other stream. */
 int fake_capture_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes);
+/* fake_mps_env.c: note the MPS client variables as the first call of `entry` sees them. */
+void fake_note_env(const char *entry);
 /* A launch of `g`: maps its memory nodes from the pool (when g is a fake executable graph). */
 void fake_graph_launch(CUgraphExec g);
 
