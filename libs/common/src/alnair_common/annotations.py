@@ -20,3 +20,12 @@ LOCAL_API_VERSION = "alnair.local/v1"
 # Alnair's own kinds (alnair.centaurus.io, any version) are allowed besides these.
 OWNER_KINDS = {("batch/v1", "Job"): "jobs", ("apps/v1", "StatefulSet"): "statefulsets",
                ("apps/v1", "ReplicaSet"): "replicasets"}
+
+# The dataset cache (DESIGN.md, dataset cache). A pod names the data sets it reads, in its
+# own namespace: ``ai.centaurus.io/dataset: "imagenet,coco"``. The seed's form is kept too:
+# ``cacheDataset: "yes"`` caches what the pod's hostPath volumes hold (each volume one data
+# set, source ``file://<hostPath>``). The admission webhook records what it changed under
+# DATASET_MUTATED so a second pass (or a re-admitted pod) is left as it is.
+DATASET = PREFIX + "dataset"
+SEED_CACHE_DATASET = "cacheDataset"
+DATASET_MUTATED = PREFIX + "dataset-mutated"
