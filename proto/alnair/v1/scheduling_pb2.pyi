@@ -35,10 +35,15 @@ class BindDecision(_message.Message):
     POD_GROUP_FIELD_NUMBER: _builtins.int
     DECIDED_AT_FIELD_NUMBER: _builtins.int
     SCHEDULER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     pod_group: _builtins.str
     """PodGroup the workload was gang-scheduled with, if any."""
     scheduler: _builtins.str
     """Scheduler instance that decided; adapters ignore decisions of a stale leader."""
+    reason: _builtins.str
+    """Why this card, for people: the profile, and the score terms that weighed in (e.g.
+    "dataset imagenet hot on node-3 (100% cached)", or why a data set gave no preference).
+    """
     @_builtins.property
     def workload(self) -> _common_pb2.WorkloadRef: ...
     @_builtins.property
@@ -53,10 +58,11 @@ class BindDecision(_message.Message):
         pod_group: _builtins.str = ...,
         decided_at: _timestamp_pb2.Timestamp | None = ...,
         scheduler: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "decided_at", b"decided_at", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "decided_at", b"decided_at", "pod_group", b"pod_group", "scheduler", b"scheduler", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "decided_at", b"decided_at", "pod_group", b"pod_group", "reason", b"reason", "scheduler", b"scheduler", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -213,8 +213,9 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("leases", "Who leads each replicated service (alnair_common.leadership).",
                history=1, writers=("scheduler", "elastic-job")),
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
-               "`alnair dataset ls` shows and what a restarted cache hydrator resumes.",
-               writers=("cache-hydrator",)),
+               "`alnair dataset ls` shows and what a restarted cache hydrator resumes; the "
+               "scheduler reads where each data set is hot (`nodes`).",
+               writers=("cache-hydrator",), readers=("scheduler",)),
     BucketSpec("training_jobs", "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
                "worker sets, from which a restarted elastic-job controller resumes.",
                writers=("elastic-job",)),

@@ -237,9 +237,12 @@ class CacheHydratorService(Service):
 
     async def _put(self, status: DatasetStatus) -> None:
         """Record the status in the bucket, then publish it (a restart resumes from the
-        bucket; watchers see the subject)."""
+        bucket; watchers see the subject). ``nodes`` says where the cached bytes are local to
+        a reader: the scheduler's data-locality preference reads it from the bucket."""
         assert self.kv is not None and self.bus is not None
         message = status.to_proto()
+        if status.cached_bytes:  # hot where the tier is local; nowhere while nothing is in
+            message.nodes[:] = self.settings.tier_nodes
         await self.kv.put(_bucket_key(status.spec.key), message)
         with contextlib.suppress(BusUnavailableError):
             await self.bus.publish(subjects.cache_status(status.spec.key), message)

@@ -30,6 +30,14 @@ class CacheHydratorSettings(ServiceSettings):
         0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
                              "the training jobs sharing the source or network; 0: none")
 
+    cache_tier_nodes: str = Field(
+        "", description="Comma-separated nodes on which the tier's bytes are local to a reader "
+                        "(the node of a node-local dir:/// tier, the node a co-located Redis runs "
+                        "on); published in each data set's status so the scheduler prefers them. "
+                        "Empty: a dir:/// tier names this node (node_name); a Redis tier names "
+                        "none, since it is equally far from every node (a Redis Cluster spreads "
+                        "each data set over all its shards, so no shard's node holds it whole)")
+
     @field_validator("cache_tier_url")
     @classmethod
     def _tier_scheme(cls, value: str) -> str:
@@ -41,6 +49,14 @@ class CacheHydratorSettings(ServiceSettings):
     @property
     def tier_url(self) -> str:
         return self.cache_tier_url or f"dir://{self.data_dir.resolve()}/cache"
+
+    @property
+    def tier_nodes(self) -> list[str]:
+        """Where a data set this tier holds is hot (see ``cache_tier_nodes``)."""
+        named = [n.strip() for n in self.cache_tier_nodes.split(",") if n.strip()]
+        if named or not self.tier_url.startswith("dir://"):
+            return named
+        return [self.node_name]
 
     @property
     def allowed_roots(self) -> list[Path]:
