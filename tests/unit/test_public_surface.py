@@ -97,7 +97,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "alnair_kube_bridge": [
         "Changed", "KubeBridgeService", "KubeBridgeSettings", "ResourceWatch", "Synced",
-        "is_alnair_pod", "pod_workload"
+        "dataset_crd", "is_alnair_pod", "pod_workload"
     ],
     "alnair_local_agent": [
         "JobFiles", "LocalAgentService", "LocalAgentSettings", "Submission", "Workspace",
