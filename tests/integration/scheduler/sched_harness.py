@@ -87,8 +87,9 @@ class Adapter:
     async def pending(self, name: str, memory_gib: int, compute_percent: int, *,
                       namespace: str = "default", profile: str | None = None,
                       group: str | None = None, scheduler: str = "alnair-scheduler",
-                      request: bool = True) -> Pod:
-        pod = Pod(uuid.uuid4().hex, name, namespace, memory_gib, compute_percent)
+                      request: bool = True, annotations: dict[str, str] | None = None) -> Pod:
+        pod = Pod(uuid.uuid4().hex, name, namespace, memory_gib, compute_percent,
+                  annotations=dict(annotations or {}))
         if profile is not None:
             pod.annotations[PROFILE_ANNOTATION] = profile
         if group is not None:

@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from alnair.v1 import (
     allocation_pb2,
+    cache_pb2,
     commands_pb2,
     common_pb2,
     inventory_pb2,
@@ -22,6 +23,8 @@ from alnair.v1 import (
     workload_pb2,
 )
 from alnair_common import PermanentError
+from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
+from alnair_common.dataset_refs import DatasetRefError, pod_datasets
 
 from ._domain import (
     POD_GROUP_LABEL,
@@ -37,6 +40,7 @@ from ._domain import (
     WorkloadId,
     validate_request,
 )
+from ._datasets import CachePhase, DatasetLocation
 from ._errors import InvalidRequestError
 from ._utilisation import CardSample
 
@@ -97,12 +101,50 @@ def workload_from_event(event: workload_pb2.WorkloadEvent) -> Workload:
             "no-request", "the workload names alnair-scheduler but asks for no alnair/vgpu-memory; "
             "set the resource limits alnair/vgpu-memory (GiB) and alnair/vgpu-compute (%)")
     group = w.labels.get(POD_GROUP_LABEL) or w.annotations.get(POD_GROUP_LABEL) or None
+    datasets, dataset_error = workload_datasets(w)
     return Workload(
         ref=workload_id(w.ref), request=request, phase=phase, scheduler_name=w.scheduler_name,
         sequence=event.sequence, created_at=_ts(w.created_at) if w.HasField("created_at") else 0.0,
         profile=w.annotations.get(PROFILE_ANNOTATION), pod_group=group, node=w.node,
-        invalid=invalid, source=event.source,
+        invalid=invalid, source=event.source, datasets=datasets, dataset_error=dataset_error,
     )
+
+
+def workload_datasets(w: workload_pb2.Workload) -> tuple[tuple[str, ...], str]:
+    """(cache keys of the data sets ``w`` reads, why they cannot be read or "").
+
+    Only ``ai.centaurus.io/`` annotations reach the bus; the seed's ``cacheDataset`` form is
+    translated into ``ai.centaurus.io/dataset`` by the admission webhook. A pod's data sets
+    live in its namespace (key ``namespace.name``); a local workload's are the machine's
+    (key ``name``). A malformed annotation does not stop the placement, it only gives no
+    preference.
+    """
+    ours = {k: v for k, v in w.annotations.items() if k.startswith(ANNOTATION_PREFIX)}
+    try:
+        refs = pod_datasets(ours)
+    except DatasetRefError as e:
+        return (), str(e)
+    local = w.ref.mode == common_pb2.MODE_LOCAL or not w.ref.namespace
+    return tuple(r.name if local else f"{w.ref.namespace}.{r.name}" for r in refs), ""
+
+
+_CACHE_PHASES = {
+    cache_pb2.CACHE_PHASE_PENDING: CachePhase.PENDING,
+    cache_pb2.CACHE_PHASE_HYDRATING: CachePhase.HYDRATING,
+    cache_pb2.CACHE_PHASE_READY: CachePhase.READY,
+    cache_pb2.CACHE_PHASE_FAILED: CachePhase.FAILED,
+    cache_pb2.CACHE_PHASE_REMOVED: CachePhase.REMOVED,
+    cache_pb2.CACHE_PHASE_EVICTED: CachePhase.EVICTED,
+}
+
+
+def dataset_location(s: cache_pb2.CacheDatasetStatus) -> DatasetLocation:
+    """Where a data set is hot, from the hydrator's status (its bucket key is the same)."""
+    if not s.dataset:
+        raise PermanentError("CacheDatasetStatus without a dataset name")
+    key = f"{s.namespace}.{s.dataset}" if s.namespace else s.dataset
+    return DatasetLocation(key, _CACHE_PHASES.get(s.phase, CachePhase.UNKNOWN),
+                           min(max(s.progress, 0.0), 1.0), tuple(n for n in s.nodes if n))
 
 
 def cards_from_inventory(inv: inventory_pb2.NodeInventory) -> list[Card]:
@@ -176,7 +218,7 @@ def bind_decision(w: WorkloadId, a: Assignment, pod_group: str, scheduler: str,
                   now: float) -> scheduling_pb2.BindDecision:
     return scheduling_pb2.BindDecision(workload=workload_ref(w), assignment=assignment_proto(a),
                                        pod_group=pod_group, decided_at=_stamp(now),
-                                       scheduler=scheduler)
+                                       scheduler=scheduler, reason=a.reason)
 
 
 def scheduling_failure(f: Failure, now: float) -> scheduling_pb2.SchedulingFailure:

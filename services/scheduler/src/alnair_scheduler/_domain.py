@@ -99,6 +99,10 @@ class Workload:
     invalid: InvalidRequestError | None = None
     # Who sent the event, as it says (``WorkloadEvent.source``; see Adapter.of_source).
     source: str = ""
+    # Cache keys of the data sets it reads (``ai.centaurus.io/dataset``), and why that
+    # annotation could not be read (then no data-locality preference).
+    datasets: tuple[str, ...] = ()
+    dataset_error: str = ""
 
     @property
     def group_key(self) -> str | None:
@@ -138,6 +142,7 @@ class Assignment:
     compute_percent: int
     profile: Profile
     filtered_at: float
+    reason: str = ""  # why this card, for people (BindDecision.reason)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from alnair_common import AlnairError, get_logger
 
 from . import _metrics
 from ._cluster import Cluster
 from ._convert import adapter_of_mode
+from ._datasets import DatasetLocation, DatasetLocations
 from ._domain import (
     WRONG_NODE,
     WRONG_SOURCE,
@@ -56,7 +57,8 @@ class Engine:
                  default_profile: Profile, scheduler_name: str,
                  util: UtilisationTracker | None = None,
                  clock: Callable[[], float] = time.time,
-                 gang_reserve_after_seconds: float = 30.0) -> None:
+                 gang_reserve_after_seconds: float = 30.0,
+                 dataset_locality_weight: float = 1.0) -> None:
         self.store = store
         self.outbox = outbox
         self.instance = instance
@@ -66,6 +68,8 @@ class Engine:
         self.clock = clock
         self.gang_reserve_after = gang_reserve_after_seconds
         self.cluster = Cluster()
+        self.datasets = DatasetLocations()
+        self.locality_weight = dataset_locality_weight
         self.workloads: dict[str, Workload] = {}
         # Pending and not yet committed: what a cycle looks at (never the whole model).
         self.waiting: set[str] = set()
@@ -99,6 +103,15 @@ class Engine:
         self._inventory_at[node] = observed_at
         self.cluster.set_inventory(node, cards, simulated)
         self.kick.set()
+
+    def on_dataset(self, location: DatasetLocation) -> None:
+        """A data set's latest status: where it is hot now. Waiting workloads that read it
+        are placed with the news on the next cycle."""
+        self.datasets.put(location)
+        self.kick.set()
+
+    def on_dataset_gone(self, key: str) -> None:
+        self.datasets.drop(key)
 
     def on_gang(self, g: Gang) -> None:
         old = self.gangs.get(g.key)
@@ -374,6 +387,32 @@ class Engine:
     def profile_of(self, w: Workload) -> Profile:
         return Profile.parse(w.profile) if w.profile else self.default_profile
 
+    def preference(self, w: Workload) -> Mapping[str, float]:
+        """Node → data-locality bonus for ``w`` (see ``_datasets``); empty when it reads no
+        cached data set, none of them is hot anywhere, or the term is off."""
+        if self.locality_weight <= 0 or not w.datasets:
+            return {}
+        return {node: self.locality_weight * warmth
+                for node, warmth in self.datasets.warmth(w.datasets).items()}
+
+    def placement_reason(self, w: Workload, card: Card, profile: Profile) -> str:
+        """Why ``card`` for ``w``, for people: the profile, then each data set's say."""
+        parts = [f"{profile.value} profile chose gpu{card.index} on {card.node}"]
+        if w.dataset_error:
+            parts.append(f"data sets not read ({w.dataset_error}): no preference")
+        if w.datasets and w.request is not None:
+            hot = {n for key in w.datasets if (loc := self.datasets.get(key)) is not None
+                   for n in loc.nodes}
+            fits = {n: self._fits_on(n, w) for n in hot if n != card.node}
+            parts.extend(self.datasets.explain(w.datasets, card.node, fits, self.locality_weight))
+        return "; ".join(parts)
+
+    def _fits_on(self, node: str, w: Workload) -> bool:
+        assert w.request is not None
+        return any(s.card.healthy and s.free_memory >= w.request.memory_gib
+                   and s.free_compute >= w.request.compute_percent
+                   for s in self.cluster.nodes.get(node, {}).values())
+
     async def _reject_invalid(self, w: Workload, e: InvalidRequestError) -> None:
         self.workloads.pop(w.ref.uid, None)
         self.waiting.discard(w.ref.uid)
@@ -401,7 +440,8 @@ class Engine:
         if profile is None:
             return False
         assert w.request is not None
-        choice = choose_card(self.cluster, w.request, profile, self.util)
+        choice = choose_card(self.cluster, w.request, profile, self.util,
+                             prefer=self.preference(w))
         if isinstance(choice, NoFit):
             await self.outbox.fail(Failure(w.ref, choice.code, choice.summary, choice.rejections))
             return False
@@ -416,6 +456,7 @@ class Engine:
         """
         assert w.request is not None
         now = self.clock()
+        reason = self.placement_reason(w, card, profile)
         share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, pod_group,
                       profile.value, now, self.instance)
         async with self._card_lock(card.uuid):
@@ -435,7 +476,7 @@ class Engine:
             await self.release(w.ref.uid, card.uuid)
             return False
         a = Assignment(card.node, card.uuid, card.index, share.memory_gib,
-                       share.compute_percent, profile, now)
+                       share.compute_percent, profile, now, reason)
         self.unannounced[w.ref.uid] = (w, a, pod_group)
         if announce:  # at once: latency is per pod, not per cycle
             self._announce_soon(w.ref.uid)

@@ -9,7 +9,7 @@ Members are planned largest first, which packs a gang into fewer, fuller cards.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ._cluster import CardState, Cluster
@@ -28,8 +28,11 @@ class GangShortfall:
 
 
 def plan_gang(cluster: Cluster, members: list[Workload], profile_of: Callable[[Workload], Profile],
-              util: UtilisationTracker | None = None) -> list[tuple[Workload, CardState]] | GangShortfall:
-    """A card for every member, or the shortfall; the cluster is not changed."""
+              util: UtilisationTracker | None = None,
+              prefer_of: Callable[[Workload], Mapping[str, float]] | None = None,
+              ) -> list[tuple[Workload, CardState]] | GangShortfall:
+    """A card for every member, or the shortfall; the cluster is not changed. ``prefer_of``
+    gives a member's data-locality bonus per node (see ``_placement``)."""
     overlay: Overlay = {}
     plan: list[tuple[Workload, CardState]] = []
 
@@ -39,7 +42,8 @@ def plan_gang(cluster: Cluster, members: list[Workload], profile_of: Callable[[W
 
     for w in sorted(members, key=size):
         assert w.request is not None, "members with invalid requests are rejected before planning"
-        choice = choose_card(cluster, w.request, profile_of(w), util, overlay)
+        prefer = prefer_of(w) if prefer_of is not None else None
+        choice = choose_card(cluster, w.request, profile_of(w), util, overlay, prefer)
         if isinstance(choice, NoFit):
             return GangShortfall(len(plan), len(members), choice)
         m, c = overlay.get(choice.card.uuid, (0, 0))

@@ -53,6 +53,9 @@ class GangHost(Protocol):
 
     def profile_of(self, w: Workload) -> Profile: ...
 
+    def preference(self, w: Workload) -> Mapping[str, float]:
+        """Node → data-locality bonus for ``w`` (empty: no preference)."""
+
     async def check(self, w: Workload) -> Profile | None:
         """The member's profile, or None after the host rejected it for good."""
 
@@ -132,9 +135,10 @@ async def place_gang(host: GangHost, key: str) -> bool:
         checked.append(w)
     if len(checked) < need:
         return False
-    plan = plan_gang(host.cluster, checked, host.profile_of, host.util)
+    plan = plan_gang(host.cluster, checked, host.profile_of, host.util, host.preference)
     if isinstance(plan, GangShortfall) and len(checked) > need:
-        plan = plan_gang(host.cluster, checked[:need], host.profile_of, host.util)
+        plan = plan_gang(host.cluster, checked[:need], host.profile_of, host.util,
+                         host.preference)
     if isinstance(plan, GangShortfall):
         reason = (f"PodGroup {key}: only {plan.fitted} of the {plan.wanted} members fit at once "
                   f"(all-or-nothing, nothing reserved); next member: {plan.blocker.summary}")

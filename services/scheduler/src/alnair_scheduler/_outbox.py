@@ -45,7 +45,7 @@ class Outbox:
         _metrics.DECISIONS.labels("bound").inc()
         log.info("placed", workload=str(w), uid=w.uid, node=a.node, gpu=a.gpu_index,
                  memory_gib=a.memory_gib, compute_percent=a.compute_percent,
-                 profile=a.profile.value, pod_group=pod_group or None)
+                 profile=a.profile.value, pod_group=pod_group or None, why=a.reason or None)
 
     async def fail(self, f: Failure) -> bool:
         """Publish why ``f.workload`` stays pending; False when that was already said."""

@@ -13,11 +13,14 @@ requested GiB and percent free. Among the passing cards the profile decides:
 
 Ties break on node name and card index so the same state always gives the same answer.
 ``overlay`` adds uncommitted usage (a gang being planned) on top of the committed shares.
+``prefer`` (node → bonus, the data-locality term of ``_datasets``) is subtracted from the
+profile's primary key of every card that fits: it reorders the fitting cards, never adds one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._cluster import CardState, Cluster
@@ -66,7 +69,8 @@ def _ratio(state: CardState, overlay: Overlay, add: Request | None = None) -> fl
 
 def choose_card(cluster: Cluster, request: Request, profile: Profile,
                 util: UtilisationTracker | None = None,
-                overlay: Overlay | None = None) -> CardState | NoFit:
+                overlay: Overlay | None = None,
+                prefer: Mapping[str, float] | None = None) -> CardState | NoFit:
     """The best card for ``request`` under ``profile``, or why no card fits.
 
     The search reads every card once (the committed totals are kept on each card); the
@@ -74,7 +78,7 @@ def choose_card(cluster: Cluster, request: Request, profile: Profile,
     """
     overlay = overlay or {}
     tracker = util if profile is Profile.UTILISATION_AWARE else None
-    if not overlay and tracker is None:
+    if not overlay and tracker is None and not prefer:
         found = _ranked(cluster, request, profile)
         return found if found is not None else _why_not(cluster, request, overlay, None)
     need_m, need_c = request.memory_gib, request.compute_percent
@@ -103,8 +107,11 @@ def choose_card(cluster: Cluster, request: Request, profile: Profile,
         if not fitting:
             continue
         node_load = load_sum / healthy
+        bonus = prefer.get(fitting[0].state.card.node, 0.0) if prefer else 0.0
         for f in fitting:
             key = _key(profile, f, node_load, overlay, request)
+            if bonus:
+                key = (float(key[0]) - bonus, *key[1:])
             if best_key is None or key < best_key:
                 best, best_key = f.state, key
     if best is not None:

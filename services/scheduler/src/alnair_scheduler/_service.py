@@ -19,12 +19,19 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from google.protobuf.message import Message
 from pydantic import Field
 
-from alnair.v1 import commands_pb2, inventory_pb2, metrics_pb2, scheduling_pb2, workload_pb2
+from alnair.v1 import (
+    cache_pb2,
+    commands_pb2,
+    inventory_pb2,
+    metrics_pb2,
+    scheduling_pb2,
+    workload_pb2,
+)
 from alnair_common import (
     DurableConsumer,
     KVWatch,
@@ -46,6 +53,7 @@ from ._utilisation import UtilisationTracker
 INVENTORY_BUCKET = "node_inventory"
 WORKLOAD_STATES_BUCKET = "workload_states"
 PODGROUP_STATES_BUCKET = "podgroup_states"
+CACHE_DATASETS_BUCKET = "cache_datasets"
 M = TypeVar("M", bound=Message)
 
 
@@ -67,6 +75,11 @@ class SchedulerSettings(ServiceSettings):
         30.0, ge=0, le=86400,
         description="A complete PodGroup that has not fitted for this long holds later workloads "
                     "back so it is not starved (0: never)")
+    dataset_locality_weight: float = Field(
+        1.0, ge=0, le=10,
+        description="Weight of the data-locality score term: among the cards that fit, nodes "
+                    "where the workload's data sets are hot (cache_datasets) are preferred; 1: a "
+                    "node holding all the data beats any holding none, 0: off")
     reason_refresh_seconds: float = Field(
         5.0, ge=0, le=3600, description="Least time between two pending reasons with the same code")
 
@@ -94,10 +107,12 @@ class SchedulerService(Service):
             store, Outbox(bus, s.instance_id, refresh_seconds=s.reason_refresh_seconds), instance=s.instance_id,
             default_profile=Profile(s.scheduling_profile), scheduler_name=s.scheduler_name,
             util=UtilisationTracker(s.utilisation_window_seconds),
-            gang_reserve_after_seconds=s.gang_reserve_after_seconds)
+            gang_reserve_after_seconds=s.gang_reserve_after_seconds,
+            dataset_locality_weight=s.dataset_locality_weight)
         restored = await self.engine.restore()
         self.health.checks["replay"] = self._check_replay
         watch = await self._watch_inventory_bucket()
+        datasets = await self._watch_datasets_bucket()
         # State, not history: the last event of every workload and the last state of every
         # PodGroup, as the adapters keep them, then the streams only from a little before
         # that read (re-applying an event is harmless: the engine drops what is not news).
@@ -116,7 +131,7 @@ class SchedulerService(Service):
             ("WORKLOADS", f"{p}-workloads", subjects.workload_events(), workload_pb2.WorkloadEvent,
              self._on_workload),
         ]
-        replaying: list[DurableConsumer | KVWatch[inventory_pb2.NodeInventory]] = [watch]
+        replaying: list[DurableConsumer | KVWatch[Any]] = [watch, datasets]
         for stream, durable, subject, message_type, handler in replayed:
             replaying.append(await self.consume(DurableConsumer(
                 bus, stream=stream, durable=durable, subject=subject, message_type=message_type,
@@ -166,8 +181,30 @@ class SchedulerService(Service):
         self.spawn(follow(), "inventory-bucket-watch")
         return watch
 
+    async def _watch_datasets_bucket(self) -> KVWatch[cache_pb2.CacheDatasetStatus]:
+        """Where each data set is hot, as the cache hydrator records it; current values first
+        (placement waits for them after a restart), then changes. A deleted key (a removed
+        data set) is no longer hot anywhere."""
+        assert self.bus is not None
+        kv = await TypedKV.open(self.bus, CACHE_DATASETS_BUCKET, cache_pb2.CacheDatasetStatus)
+        watch = await kv.watch()
+
+        async def follow() -> None:
+            async for update in watch:
+                try:
+                    if update.value is None:
+                        self.engine.on_dataset_gone(update.key)
+                    else:
+                        self.engine.on_dataset(_convert.dataset_location(update.value))
+                except Exception as e:  # noqa: BLE001 - one bad entry must not stop the watch
+                    self.log.warning("bad cache_datasets entry ignored", key=update.key,
+                                     error=str(e))
+
+        self.spawn(follow(), "datasets-bucket-watch")
+        return watch
+
     async def _activate_after_replay(
-            self, replaying: list[DurableConsumer | KVWatch[inventory_pb2.NodeInventory]]) -> None:
+            self, replaying: list[DurableConsumer | KVWatch[Any]]) -> None:
         s: SchedulerSettings = self.settings  # type: ignore[assignment]
         deadline = time.monotonic() + s.replay_timeout_seconds
         try:
