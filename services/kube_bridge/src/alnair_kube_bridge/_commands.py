@@ -15,13 +15,11 @@ API is asked, so a brain cannot reach further than the bridge's RBAC says.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from alnair.v1 import commands_pb2
 from alnair_common import Bus, PermanentError
@@ -29,6 +27,7 @@ from alnair_common.annotations import LOCAL_API_VERSION, OWNER_KINDS
 from alnair_common.commands import answer, check_annotation_keys
 
 from ._kube_errors import MERGE_PATCH, classify
+from ._kube_events import record_event
 
 ALNAIR_GROUP = "alnair.centaurus.io"
 
@@ -116,24 +115,13 @@ class Commands:
             raise PermanentError("event reason is empty (CamelCase, e.g. 'FailedScheduling')")
         when = (cmd.observed_at.ToDatetime(tzinfo=UTC) if cmd.HasField("observed_at")
                 else datetime.now(UTC))
-        digest = hashlib.sha256(cmd.command_id.encode()).hexdigest()[:16]
-        namespace = t.namespace or "default"
-        event = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(name=f"{t.name[:200]}.{digest}", namespace=namespace),
-            involved_object=k8s.V1ObjectReference(
-                api_version=cmd.object.api_version, kind=cmd.object.kind, name=t.name,
-                namespace=t.namespace or None, uid=cmd.object.uid or None),
-            type=cmd.type, reason=cmd.reason, message=cmd.message[:1024],
-            first_timestamp=when, last_timestamp=when, count=1,
-            source=k8s.V1EventSource(component="alnair-kube-bridge"),
-            reporting_component="alnair.centaurus.io/kube-bridge", reporting_instance="kube-bridge")
+        involved = k8s.V1ObjectReference(
+            api_version=cmd.object.api_version, kind=cmd.object.kind, name=t.name,
+            namespace=t.namespace or None, uid=cmd.object.uid or None)
 
         def create() -> None:
-            try:
-                self.core.create_namespaced_event(namespace, event)
-            except ApiException as e:
-                if e.status != 409:  # 409: this command's event exists (a replay)
-                    raise
+            record_event(self.core, involved, type=cmd.type, reason=cmd.reason,
+                         message=cmd.message, key=cmd.command_id, when=when)
 
         self._call(f"record event on {t.kind} {t.namespace}/{t.name}", create)
 

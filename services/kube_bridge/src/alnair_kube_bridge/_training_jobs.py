@@ -36,8 +36,8 @@ from alnair.v1 import job_pb2, platform_pb2
 from alnair_common import Bus, PermanentError, TemporaryError, get_logger, subjects
 
 from . import _training_job_status as st
-from ._kube_errors import MERGE_PATCH, api_call, api_json
-from ._training_job_spec import GROUP, PLURAL, VERSION, job_key, job_spec, same_job
+from ._custom_objects import CustomObjects
+from ._training_job_spec import GROUP, KIND, PLURAL, VERSION, job_key, job_spec, same_job
 from ._watch import Changed, Synced
 
 FINALIZER = f"{GROUP}/training-job"
@@ -51,7 +51,7 @@ class TrainingJobs:
     def __init__(self, bus: Bus, api_client: k8s.ApiClient, namespace: str = "",
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.bus = bus
-        self.custom = k8s.CustomObjectsApi(api_client)
+        self.objects = CustomObjects(api_client, GROUP, VERSION, PLURAL, KIND, namespace)
         self.namespace = namespace
         self.clock = clock
 
@@ -86,7 +86,7 @@ class TrainingJobs:
         if observed >= _generation(obj):
             return
         if not held:  # first the finalizer: a job is never submitted that a delete could miss
-            obj = await asyncio.to_thread(self._hold, obj)
+            obj = await asyncio.to_thread(self.objects.hold, obj, FINALIZER)
             if obj is None:
                 return
         try:
@@ -120,7 +120,7 @@ class TrainingJobs:
         await asyncio.to_thread(self._relay_state, namespace, name, state)
 
     def _relay_state(self, namespace: str, name: str, state: job_pb2.JobState) -> None:
-        obj = self._get(namespace, name)
+        obj = self.objects.get(namespace, name)
         if obj is None:
             return  # a job submitted otherwise (alnair job submit), or its object is gone
         observed = st.stamp(state.observed_at)
@@ -147,7 +147,7 @@ class TrainingJobs:
 
     def _relay_refusal(self, name: str, event: platform_pb2.ErrorEvent) -> None:
         when = st.stamp(event.observed_at) or self.clock()
-        for obj in self._named(name):
+        for obj in self.objects.named(name):
             meta, status = obj["metadata"], obj.get("status") or {}
             created = st.parse_time(meta.get("creationTimestamp"))
             if (FINALIZER not in (meta.get("finalizers") or []) or meta.get("deletionTimestamp")
@@ -165,51 +165,14 @@ class TrainingJobs:
 
     # -- API calls ----------------------------------------------------------------------------
 
-    def _get(self, namespace: str, name: str) -> Obj | None:
-        return api_json(f"read TrainingJob {namespace}/{name}", lambda: self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False), absent=(404,))
-
-    def _named(self, name: str) -> list[Obj]:
-        selector = f"metadata.name={name}"
-        if self.namespace:
-            call = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
-                GROUP, VERSION, self.namespace, PLURAL, field_selector=selector, _preload_content=False)
-        else:
-            call = lambda: self.custom.list_cluster_custom_object(  # noqa: E731
-                GROUP, VERSION, PLURAL, field_selector=selector, _preload_content=False)
-        return list((api_json(f"list TrainingJobs named {name}", call) or {}).get("items") or [])
-
-    def _hold(self, obj: Obj) -> Obj | None:
-        """Add the finalizer (the object as it is now), or None: the object changed since
-        (its newer event follows) or is gone (its DELETED event follows)."""
-        meta = obj["metadata"]
-        patch = {"metadata": {"finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                              "resourceVersion": meta["resourceVersion"]}}
-        return api_json(f"hold TrainingJob {meta['namespace']}/{meta['name']}",
-                        lambda: self.custom.patch_namespaced_custom_object(
-                            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
-                            _content_type=MERGE_PATCH, _preload_content=False), absent=(404, 409))
-
     def _release(self, obj: Obj) -> None:
-        meta = obj["metadata"]
-        patch = {"metadata": {"finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
-                              "resourceVersion": meta["resourceVersion"]}}
-        api_call(f"release TrainingJob {meta['namespace']}/{meta['name']}",
-              lambda: self.custom.patch_namespaced_custom_object(
-                  GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
-                  _content_type=MERGE_PATCH), absent=(404, 409))
-        log.info("training job released", job=f"{meta['namespace']}/{meta['name']}")
+        self.objects.release(obj, FINALIZER)
+        log.info("training job released", job=f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
 
     def _write(self, obj: Obj, status: Obj, *, conflict_is_temporary: bool = False) -> None:
-        """Merge ``status`` into the object's status, if it is still the version read. A
-        conflict is retried by the caller's redelivery (states, refusals) or left to the
+        """A conflict is retried by the caller's redelivery (states, refusals) or left to the
         object's next watch event (its own steps)."""
-        meta = obj["metadata"]
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
-        what = f"write the status of TrainingJob {meta['namespace']}/{meta['name']}"
-        api_call(what, lambda: self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch, _content_type=MERGE_PATCH),
-            absent=(404,) if conflict_is_temporary else (404, 409))
+        self.objects.write_status(obj, status, conflict_is_temporary=conflict_is_temporary)
 
 
 def _generation(obj: Obj) -> int:
