@@ -78,8 +78,9 @@ def bridge_kubeconfig(kube: KubeNamespace, tmp_path: Path) -> Iterator[Path]:
     try:
         yield _service_account_kubeconfig(kube, tmp_path)
     finally:
-        rbac.delete_cluster_role_binding(f"alnair-kube-bridge-{kube.namespace}")
-        rbac.delete_cluster_role(f"alnair-kube-bridge-{kube.namespace}")
+        for role in ("alnair-kube-bridge", "alnair-kube-bridge-datasets"):  # the bound ones
+            rbac.delete_cluster_role_binding(f"{role}-{kube.namespace}")
+            rbac.delete_cluster_role(f"{role}-{kube.namespace}")
 
 
 def _service_account_kubeconfig(kube: KubeNamespace, tmp_path: Path) -> Path:

@@ -213,7 +213,9 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
                 | {("alnair.centaurus.io", "podgroups", v) for v in read | {"patch"}}
                 | {("alnair.centaurus.io", "podgroups/status", v) for v in ("get", "patch")}
                 | {("alnair.centaurus.io", "trainingjobs", v) for v in read | {"patch"}}
-                | {("alnair.centaurus.io", "trainingjobs/status", "patch")} | owners)
+                | {("alnair.centaurus.io", "trainingjobs/status", "patch")}
+                | {("alnair.centaurus.io", "datasets", v) for v in read | {"patch"}}
+                | {("alnair.centaurus.io", "datasets/status", "patch")} | owners)
     assert granted == expected, (f"kube-bridge grants beyond its use: {sorted(granted - expected)}; "
                                  f"lacks: {sorted(expected - granted)}")
     assert ("batch", "jobs", "patch") in owners and ("apps", "replicasets", "patch") in owners

@@ -168,10 +168,12 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
     S("alnair.profile.completed", profile_pb2.WorkloadProfile, Transport.STREAM,
       "Profile of a finished workload.", stream="PROFILES", publishers=("profiler",)),
     S("alnair.cache.<dataset>.status", cache_pb2.CacheDatasetStatus, Transport.STREAM,
-      "Hydration status of a cached dataset.", stream="CACHE", publishers=("cache-hydrator",)),
+      "Hydration status of a cached dataset.", stream="CACHE", publishers=("cache-hydrator",),
+      readers=("kube-bridge",)),
     S("alnair.cache.requests", cache_pb2.CacheDatasetRequest, Transport.STREAM,
-      "Add or remove a cached dataset (`alnair dataset add/rm`).", stream="CACHE",
-      publishers=("cli",), readers=("cache-hydrator",)),
+      "Add or remove a cached dataset (`alnair dataset add/rm`, Dataset objects and "
+      "annotated pods on Kubernetes).", stream="CACHE",
+      publishers=("cli", "kube-bridge"), readers=("cache-hydrator",)),
     S("alnair.error.<service>", platform_pb2.ErrorEvent, Transport.STREAM,
       "Errors someone may wait on: rejected input, failed commands.", stream="ERRORS",
       publishers=(EACH_SERVICE,), readers=("kube-bridge",)),
@@ -215,7 +217,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes; the "
                "scheduler reads where each data set is hot (`nodes`).",
-               writers=("cache-hydrator",), readers=("scheduler",)),
+               writers=("cache-hydrator",), readers=("scheduler", "kube-bridge")),
     BucketSpec("training_jobs", "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
                "worker sets, from which a restarted elastic-job controller resumes.",
                writers=("elastic-job",)),

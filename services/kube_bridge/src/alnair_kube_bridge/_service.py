@@ -4,7 +4,10 @@ Watches Alnair's pods and PodGroups and publishes their lifecycle; carries out b
 decisions and commands from the bus, and training jobs' WorkerPlans (their worker pods,
 rendezvous and PodGroups: ``_job_workers``), relaying their rendezvous rounds
 (``_job_rounds``); serves TrainingJob objects: submitted to the elastic-job controller and
-deleted from it, their status written from the job's states (``_training_jobs``). Safe to
+deleted from it, their status written from the job's states (``_training_jobs``); serves
+Dataset objects and the pods' dataset annotations: sent to the cache hydrator, their status
+written from its reports, a deletion deferred while running pods read the data set
+(``_datasets``, ``_dataset_pods``). Safe to
 run twice: both copies compute the same event ids and compare-and-set the same records
 (duplicates are dropped), and the command consumers are shared durables (each command
 reaches one copy).
@@ -21,12 +24,17 @@ from typing import Any, ClassVar
 
 from kubernetes import client as k8s
 
-from alnair.v1 import commands_pb2, job_pb2, platform_pb2, scheduling_pb2
-from alnair_common import DurableConsumer, Service, ServiceSettings, subjects
+from alnair.v1 import cache_pb2, commands_pb2, job_pb2, platform_pb2, scheduling_pb2
+from alnair_common import DurableConsumer, Service, ServiceSettings, TypedKV, subjects
 from alnair_lifecycle import LifecyclePublisher
 
 from ._binder import Binder
 from ._commands import Commands
+from ._dataset_crd import GROUP as DATASETS_GROUP
+from ._dataset_crd import PLURAL as DATASETS_PLURAL
+from ._dataset_crd import VERSION as DATASETS_VERSION
+from ._dataset_pods import DatasetPods
+from ._datasets import Datasets
 from ._job_rounds import RoundsRelay
 from ._job_workers import JobWorkers
 from ._kube_client import api_client
@@ -49,7 +57,8 @@ class KubeBridgeService(Service):
     role = ("adapter: Kubernetes pods and PodGroups → workload/podgroup events, deleted nodes "
             "→ inventories retracted; bind decisions, annotate/event/status commands and "
             "training jobs' worker plans → Kubernetes API; rendezvous rounds → the bus; "
-            "TrainingJob objects ↔ job commands and states")
+            "TrainingJob objects ↔ job commands and states; Dataset objects and pods' dataset "
+            "annotations ↔ cache requests and status")
     settings_class: ClassVar[type[ServiceSettings]] = KubeBridgeSettings
     # Not leader-elected: replicas are safe side by side (tests/integration/kube_bridge/
     # test_kb_replicas.py) — every publish is de-duplicated by its message id and the
@@ -80,21 +89,35 @@ class KubeBridgeService(Service):
         groups = await PodGroupEvents.open(self.bus, ns)
         group, version = "alnair.centaurus.io", "v1alpha1"
         jobs_api = (JOBS_GROUP, JOBS_VERSION)
+        datasets_api = (DATASETS_GROUP, DATASETS_VERSION)
         if ns:
             list_pods = partial(core.list_namespaced_pod, ns)
             list_groups = partial(custom.list_namespaced_custom_object, group, version, ns,
                                   "podgroups")
             list_jobs = partial(custom.list_namespaced_custom_object, *jobs_api, ns, JOBS_PLURAL)
+            list_datasets = partial(custom.list_namespaced_custom_object, *datasets_api, ns,
+                                    DATASETS_PLURAL)
         else:
             list_pods = core.list_pod_for_all_namespaces
             list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
             list_jobs = partial(custom.list_cluster_custom_object, *jobs_api, JOBS_PLURAL)
+            list_datasets = partial(custom.list_cluster_custom_object, *datasets_api, DATASETS_PLURAL)
         nodes = await NodeEvents.open(self.bus)
         training_jobs = TrainingJobs(self.bus, self.api, ns)
-        self._watch("pods", list_pods, pods.handle, lanes=s.pod_event_lanes)
+        datasets = Datasets(self.bus, self.api, ns)
+        dataset_pods = DatasetPods(
+            self.bus, self.api, await TypedKV.open(self.bus, "cache_datasets", cache_pb2.CacheDatasetStatus),
+            datasets.objects, datasets.touched)
+
+        async def pod_handle(item: Item) -> None:  # both idempotent: a retry repeats both
+            await pods.handle(item)
+            await dataset_pods.handle(item)
+
+        self._watch("pods", list_pods, pod_handle, lanes=s.pod_event_lanes)
         self._watch("nodes", core.list_node, nodes.handle)
         self._watch("podgroups", list_groups, groups.handle)
         self._watch("trainingjobs", list_jobs, training_jobs.handle)
+        self._watch("datasets", list_datasets, datasets.handle)
         self.health.checks["kubernetes"] = self._check_synced
 
         self.binder = binder = Binder(self.bus, core, ns, concurrency=s.bind_concurrency)
@@ -123,6 +146,11 @@ class KubeBridgeService(Service):
             self.bus, stream="ERRORS", durable="kube-bridge-job-refusals",
             subject=subjects.error("elastic-job"), message_type=platform_pb2.ErrorEvent,
             handler=training_jobs.on_error))
+        # The cache hydrator's reports → the Datasets' status.
+        await self.consume(DurableConsumer(
+            self.bus, stream="CACHE", durable="kube-bridge-cache-status",
+            subject=subjects.wildcard("alnair.cache.<dataset>.status"),
+            message_type=cache_pb2.CacheDatasetStatus, handler=datasets.on_status))
         workers = JobWorkers(self.api, namespace=ns, scheduler_name=s.scheduler_name)
         await self.consume(DurableConsumer(
             self.bus, stream="COMMANDS", durable="kube-bridge-workers",
