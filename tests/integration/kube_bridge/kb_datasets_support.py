@@ -71,3 +71,26 @@ class Datasets:
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c.get("reason", "")) for c in status.get("conditions") or []}
+
+
+def reading_pod(name: str, node: str, annotations: dict[str, str],
+                host_paths: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod placed on ``node`` (kwok runs it) that reads data sets by ``annotations``."""
+    volumes = [{"name": volume, "hostPath": {"path": path}} for volume, path in (host_paths or {}).items()]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"nodeName": node, "volumes": volumes,
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "volumeMounts": [{"name": v["name"], "mountPath": f"/data/{v['name']}"}
+                                                      for v in volumes]}]}}
+
+
+def pod_events(kube: KubeNamespace, pod: str) -> list[k8s.CoreV1Event]:
+    return [e for e in kube.core.list_namespaced_event(kube.namespace).items
+            if e.involved_object.kind == "Pod" and e.involved_object.name == pod]
+
+
+async def wait_event(kube: KubeNamespace, pod: str, reason: str) -> k8s.CoreV1Event:
+    async def probe() -> k8s.CoreV1Event | None:
+        return next((e for e in pod_events(kube, pod) if e.reason == reason), None)
+    return await wait_for(probe, timeout=20, what=f"Event {reason} on pod {pod}")

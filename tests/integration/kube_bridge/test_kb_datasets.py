@@ -1,17 +1,32 @@
 """Dataset objects served by kube-bridge against the real apiserver (the bundle's CRD, the
-bridge holding only its RBAC rights) and nats-server: bad specs and names refused at
-admission with the schema's messages, the immutable fields refused on change."""
+bridge holding only its RBAC rights), kwok and nats-server, with the real cache hydrator
+over a directory tier and file:// sources: bad specs and names refused at admission with the
+schema's messages, the immutable fields refused on change; created → one add on the bus →
+hydrated → status, conditions and printer columns; read by a running pod → InUse; deleted
+while read → deferred with the pod named, removed once the pod ends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
-from kb_datasets_support import SPEC, Datasets
+from kb_datasets_support import SPEC, Datasets, conditions, pod_events, reading_pod, wait_event
 from kubernetes.client.rest import ApiException
 
 from alnair_common import Bus
+from alnair_common.annotations import DATASET
+from alnair_common.natsd import NatsServer
+from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
+from alnair_common.testing.kwok import KwokNodes
+from alnair_kube_bridge._datasets import FINALIZER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
+import hydrator_support as hs  # noqa: E402 - the cache tests' harness of the real hydrator
 
 
 @pytest.fixture
@@ -59,3 +74,88 @@ def test_what_selects_the_bytes_is_immutable_pin_and_replicas_are_not(datasets: 
         assert "are immutable" in json.loads(refused.value.body)["message"], change
     changed = datasets.patch("imagenet", {"spec": {"pin": True, "replicas": 3}})
     assert (changed["spec"]["pin"], changed["spec"]["replicas"], changed["metadata"]["generation"]) == (True, 3, 2)
+
+
+# -- with the real cache hydrator ----------------------------------------------------------------
+
+
+def write_files(root: Path, files: dict[str, int]) -> int:
+    for rel, size in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes(i % 251 for i in range(size)))
+    return sum(files.values())
+
+
+@pytest.fixture
+async def hydrator(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Path]:
+    """The real cache hydrator over a directory tier; file:// sources under the yielded root."""
+    data = tmp_path / "data"
+    data.mkdir()
+    s = hs.settings(nats_server.url, f"dir://{tmp_path}/tier", tmp_path / "hydrator",
+                    cache_allowed_roots=str(data))
+    async with hs.running(s):
+        yield data
+
+
+async def test_a_dataset_is_hydrated_in_use_deferred_while_read_and_removed_after(
+        datasets: Datasets, kube: KubeNamespace, kwok_nodes: KwokNodes, bridge_kubeconfig: Path,
+        start_bridge, hydrator: Path) -> None:
+    total = write_files(hydrator / "imagenet", {"train/a.jpg": 300_000, "train/b.jpg": 5_000,
+                                                "val/c.jpg": 70_000, "tmp/x.log": 10})
+    await start_bridge(bridge_kubeconfig)
+    created = datasets.create("imagenet", {"source": f"file://{hydrator}/imagenet", "exclude": ["tmp/**"]})
+    uid = created["metadata"]["uid"]
+    [add] = await datasets.wait_requests(1)
+    assert add.request_id == f"cr.{uid}.1" and add.WhichOneof("action") == "add"
+    assert (add.add.name, add.add.namespace, add.add.source, list(add.add.exclude), add.add.owner) == (
+        "imagenet", datasets.ns, f"file://{hydrator}/imagenet", ["tmp/**"], f"Dataset {datasets.ns}/imagenet")
+
+    ready = await datasets.wait_status("imagenet", lambda s: s.get("phase") == "Ready", "Ready")
+    status = ready["status"]
+    assert ready["metadata"]["finalizers"] == [FINALIZER]
+    assert (status["totalBytes"], status["cachedBytes"], status["filesTotal"], status["filesCached"]) == (
+        total - 10, total - 10, 3, 3)
+    assert (status["progress"], status["cached"], status["observedGeneration"]) == (1.0, "366.2Ki/366.2Ki", 1)
+    assert conditions(status)["Ready"] == ("True", "Hydrated")
+    assert conditions(status)["Hydrating"][0] == "False"
+    table = kube.kubectl("get", "datasets")
+    assert table.split("\n")[0].split() == ["NAME", "PHASE", "CACHED", "AGE"]
+    assert table.split("\n")[1].split()[:3] == ["imagenet", "Ready", "366.2Ki/366.2Ki"]
+
+    # pin changes in place: one more add, the data set stays Ready.
+    datasets.patch("imagenet", {"spec": {"pin": True}})
+    requests = await datasets.wait_requests(2)
+    assert (requests[1].request_id, requests[1].add.pin) == (f"cr.{uid}.2", True)
+    await datasets.wait_status("imagenet", lambda s: s.get("requestId") == f"cr.{uid}.2"
+                               and s.get("phase") == "Ready", "Ready for generation 2")
+
+    # A running pod reads it (and a data set nobody created): InUse, and an Event for the other.
+    [node] = kwok_nodes(1)
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod("train", node, {DATASET: "imagenet,coco"}))
+    await asyncio.to_thread(kwok_nodes.wait_for_phase, datasets.ns, "train", "Running")
+    missing = await wait_event(kube, "train", "DatasetNotFound")
+    assert missing.type == "Warning" and "has no Dataset 'coco'" in missing.message
+    assert [e.reason for e in pod_events(kube, "train") if e.reason.startswith("Dataset")] == ["DatasetNotFound"]
+    in_use = await datasets.wait_status("imagenet", lambda s: conditions(s).get("InUse", ("",))[0] == "True", "InUse")
+    assert "train" in next(c["message"] for c in in_use["status"]["conditions"] if c["type"] == "InUse")
+
+    # Deleting it while the pod runs: deferred, the pod named; nothing removed from the cache.
+    datasets.delete("imagenet")
+    deferred = await datasets.wait_status(
+        "imagenet", lambda s: conditions(s).get("DeletionDeferred", ("",))[0] == "True", "DeletionDeferred")
+    message = next(c["message"] for c in deferred["status"]["conditions"] if c["type"] == "DeletionDeferred")
+    assert "train" in message and deferred["metadata"]["deletionTimestamp"]
+    assert [r.WhichOneof("action") for r in await datasets.requests()] == ["add", "add"]
+    assert (await hs.status(datasets.bus, f"{datasets.ns}.imagenet")).phase == hs.PHASE.CACHE_PHASE_READY
+
+    # The pod ends: the Dataset is removed from the cache and goes.
+    kwok_nodes.finish(datasets.ns, "train")
+    await datasets.wait_gone("imagenet")
+    remove = (await datasets.wait_requests(3))[2]
+    assert (remove.request_id, remove.remove.name, remove.remove.namespace) == (
+        f"cr.{uid}.delete", "imagenet", datasets.ns)
+
+    async def removed() -> bool:
+        return await hs.status(datasets.bus, f"{datasets.ns}.imagenet") is None
+    await wait_for(removed, timeout=20, what="the hydrator removed the data set")
