@@ -48,12 +48,21 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "alnair_dataset": [
         "AccessDeniedError", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples", "CapacityError",
-        "DatasetError", "DatasetFileSystem", "DatasetFootprint", "DatasetReader", "DirectoryTier",
+        "DatasetEnvironment", "DatasetError", "DatasetFileSystem", "DatasetFootprint", "DatasetReader",
+        "DirectoryTier",
         "FileEntry", "InvalidSpecError", "LocalSource", "NoSuchBucketError", "PathNotAllowedError",
         "ReadStats", "RedisTier", "S3Source", "Source", "SourceChangedError", "SourceError",
         "SourceFile", "SourceUnreachableError", "StoreResult", "TierUnavailableError", "TierUsage",
-        "chunk_id", "connect", "content_defined_chunks", "fixed_chunks", "gib", "loader_options",
+        "chunk_id", "connect", "content_defined_chunks", "dataset_environment", "dataset_variable",
+        "fixed_chunks", "gib", "loader_options",
         "open_source", "open_tier", "selected", "store_file"
+    ],
+    "alnair_admission_webhook": [
+        "AdmissionServer", "AdmissionWebhookError", "AdmissionWebhookService",
+        "AdmissionWebhookSettings", "CacheEndpoint", "CertificateError", "DatasetCatalog",
+        "KnownDataset", "LoadedPki", "PkiPolicy", "PodDataset", "PodMutation", "ReviewError",
+        "TlsSecret", "WebhookPki", "issue", "mutate_pod", "names_for", "new_ca", "parse_review",
+        "patch_ca_bundle", "renewal_reason", "review_response"
     ],
     "alnair_exporter": [
         "AttributedProcess", "CgroupPodResolver", "ChainResolver", "CudaUsage", "ExporterService",

@@ -37,7 +37,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 # local supervisor (`alnair up`) and ``cli`` the user's `alnair` command. The server lets each
 # publish and read only what the table below names for it (alnair_common.bus_permissions).
 SERVICES = ("scheduler", "kube-bridge", "local-agent", "device-plugin", "exporter", "profiler",
-            "elastic-job", "cache-hydrator")
+            "elastic-job", "cache-hydrator", "admission-webhook")
 ROLES = (*SERVICES, "platform", "cli")
 ADAPTERS = ("kube-bridge", "local-agent")
 # Readers of every subject and bucket (`alnair events`, `ps`, `logs`, `status`): they may read
@@ -217,7 +217,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes; the "
                "scheduler reads where each data set is hot (`nodes`).",
-               writers=("cache-hydrator",), readers=("scheduler", "kube-bridge")),
+               writers=("cache-hydrator",), readers=("scheduler", "kube-bridge", "admission-webhook")),
     BucketSpec("training_jobs", "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
                "worker sets, from which a restarted elastic-job controller resumes.",
                writers=("elastic-job",)),

@@ -25,7 +25,7 @@ from ._errors import (
 from ._filesystem import DatasetFileSystem
 from ._manifest import FileEntry
 from ._open import open_tier
-from ._reader import DatasetReader, ReadStats
+from ._reader import DatasetEnvironment, DatasetReader, ReadStats, dataset_environment, dataset_variable
 from ._redis_tier import RedisTier, connect
 from ._samples import CachedSamples, loader_options
 from ._sources import LocalSource, S3Source, Source, SourceFile, open_source, selected
@@ -39,6 +39,7 @@ __all__ = [
     "CacheTier",
     "CachedSamples",
     "CapacityError",
+    "DatasetEnvironment",
     "DatasetError",
     "DatasetFileSystem",
     "DatasetFootprint",
@@ -63,6 +64,8 @@ __all__ = [
     "chunk_id",
     "connect",
     "content_defined_chunks",
+    "dataset_environment",
+    "dataset_variable",
     "fixed_chunks",
     "gib",
     "loader_options",

@@ -1,0 +1,86 @@
+"""The environment the data client (alnair_dataset) reads, as the webhook writes it.
+
+The names are alnair_dataset's (``dataset_environment`` there reads them back; a unit test
+pins that the two agree). The webhook does not import the data client: that library is for
+training images, and this service needs only its variable names.
+
+* one data set: ``ALNAIR_DATASET`` and ``ALNAIR_DATASET_SOURCE``;
+* several: ``ALNAIR_DATASETS=imagenet,coco`` and ``ALNAIR_DATASET_<NAME>_SOURCE`` each
+  (``<NAME>``: upper case, ``-`` as ``_``), so ``DatasetReader("coco")`` finds its own;
+* a seed-form (hostPath) data set mounted in the container: ``ALNAIR_DATASET_PATH`` or
+  ``ALNAIR_DATASET_<NAME>_PATH``, the mountPath (misses are read there: the hydrator's path
+  is the node's, not the container's);
+* always ``ALNAIR_DATASET_NAMESPACE`` (the tier keys a data set ``<namespace>.<name>``),
+  ``ALNAIR_CACHE_TIER_URL`` and ``ALNAIR_CACHE_PREFIX``;
+* ``AWS_ENDPOINT_URL_S3`` only where the operator configured a cache-side S3 endpoint and a
+  data set's source is ``s3://``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DATASET = "ALNAIR_DATASET"
+DATASETS = "ALNAIR_DATASETS"
+SOURCE = "ALNAIR_DATASET_SOURCE"
+PATH = "ALNAIR_DATASET_PATH"
+NAMESPACE = "ALNAIR_DATASET_NAMESPACE"
+TIER_URL = "ALNAIR_CACHE_TIER_URL"
+PREFIX = "ALNAIR_CACHE_PREFIX"
+AWS_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+
+
+def dataset_variable(name: str, suffix: str) -> str:
+    """``ALNAIR_DATASET_<NAME>_<suffix>`` (alnair_dataset.dataset_variable)."""
+    return f"ALNAIR_DATASET_{name.upper().replace('-', '_').replace('.', '_')}_{suffix}"
+
+
+@dataclass(frozen=True)
+class CacheEndpoint:
+    """Where pods read the cache: the tier URL and key prefix the hydrator writes with, and
+    a cache-side S3 endpoint if one exists (empty: none, s3:// readers are left alone)."""
+
+    tier_url: str
+    prefix: str = "alnair"
+    s3_endpoint: str = ""
+
+
+@dataclass(frozen=True)
+class PodDataset:
+    """A data set the pod reads, resolved: its source and (seed form) its volume."""
+
+    name: str
+    source: str
+    volume: str = ""
+
+
+def shared_environment(datasets: Sequence[PodDataset], namespace: str,
+                       endpoint: CacheEndpoint) -> list[tuple[str, str]]:
+    """What every container of the pod gets, in a fixed order."""
+    if not datasets:
+        return []
+    if len(datasets) == 1:
+        env = [(DATASET, datasets[0].name), (SOURCE, datasets[0].source)]
+    else:
+        env = [(DATASETS, ",".join(d.name for d in datasets))]
+        env += [(dataset_variable(d.name, "SOURCE"), d.source) for d in datasets]
+    env.append((NAMESPACE, namespace))
+    if endpoint.tier_url:
+        env.append((TIER_URL, endpoint.tier_url))
+    env.append((PREFIX, endpoint.prefix))
+    if endpoint.s3_endpoint and any(d.source.startswith("s3://") for d in datasets):
+        env.append((AWS_S3_ENDPOINT, endpoint.s3_endpoint))
+    return env
+
+
+def mount_environment(datasets: Sequence[PodDataset],
+                      mounts: dict[str, str]) -> list[tuple[str, str]]:
+    """The PATH variables of one container: ``mounts`` maps its volume names to mountPaths
+    (whole-volume mounts only: a subPath mount shows a part of the source, not its root)."""
+    single = len(datasets) == 1
+    out = []
+    for d in datasets:
+        if d.volume and d.volume in mounts:
+            out.append((PATH if single else dataset_variable(d.name, "PATH"), mounts[d.volume]))
+    return out
