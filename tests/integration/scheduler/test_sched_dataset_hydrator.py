@@ -82,7 +82,7 @@ async def test_directory_tier_names_its_node_and_the_pod_goes_there(
 
 async def test_cluster_wide_redis_names_no_node_so_no_preference(
         nats_server: NatsServer, bus: Bus, tmp_path: Path,
-        redis_node: Callable[..., RedisNode]) -> None:
+        redis_node: Callable[..., RedisNode]) -> None:  # noqa: F811 — the fixture
     adapter, seen = Adapter(bus), await Observer.attach(bus)
     for node in ("node-a", "node-b"):
         await adapter.inventory(node, 1, 80)

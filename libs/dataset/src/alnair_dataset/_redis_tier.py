@@ -22,7 +22,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import redis as redis_py
 from redis.backoff import NoBackoff
@@ -74,12 +74,14 @@ REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.Respon
 
 
 def connect(url: str, *, timeout: float = 2.0) -> Any:
-    """A client for ``redis://host:port/db`` or ``redis-cluster://host:port[,host:port]``."""
+    """A client for ``redis://host:port/db`` or ``redis-cluster://[:password@]host:port[,host:port]``."""
     parsed = urlparse(url)
     if parsed.scheme == "redis-cluster":
-        nodes = [ClusterNode(*_host_port(part)) for part in parsed.netloc.split(",")]
+        userinfo, _, hosts = parsed.netloc.rpartition("@")
+        password = unquote(userinfo.partition(":")[2]) or None
+        nodes = [ClusterNode(*_host_port(part)) for part in hosts.split(",")]
         try:
-            return RedisCluster(startup_nodes=nodes, socket_timeout=timeout,
+            return RedisCluster(startup_nodes=nodes, password=password, socket_timeout=timeout,
                                 socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1))
         except REDIS_ERRORS as e:
             raise TierUnavailableError(f"Redis Cluster at {parsed.netloc} unreachable: {e}") from e

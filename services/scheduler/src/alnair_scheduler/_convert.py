@@ -26,6 +26,7 @@ from alnair_common import PermanentError
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
 from alnair_common.dataset_refs import DatasetRefError, pod_datasets
 
+from ._datasets import CachePhase, DatasetLocation
 from ._domain import (
     POD_GROUP_LABEL,
     PROFILE_ANNOTATION,
@@ -40,7 +41,6 @@ from ._domain import (
     WorkloadId,
     validate_request,
 )
-from ._datasets import CachePhase, DatasetLocation
 from ._errors import InvalidRequestError
 from ._utilisation import CardSample
 

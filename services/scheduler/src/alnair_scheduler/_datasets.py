@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+
 class CachePhase(StrEnum):
     PENDING = "pending"
     HYDRATING = "hydrating"
