@@ -18,7 +18,8 @@ from kb_datasets_support import SPEC, Datasets, conditions, pod_events, reading_
 from kubernetes.client.rest import ApiException
 
 from alnair_common import Bus
-from alnair_common.annotations import DATASET
+from alnair_common.annotations import DATASET, SEED_CACHE_DATASET
+from alnair_common.dataset_refs import host_path_name
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
@@ -83,17 +84,19 @@ def write_files(root: Path, files: dict[str, int]) -> int:
     for rel, size in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(bytes(i % 251 for i in range(size)))
+        path.write_bytes((bytes(range(251)) * (size // 251 + 1))[:size])
     return sum(files.values())
 
 
 @pytest.fixture
-async def hydrator(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Path]:
-    """The real cache hydrator over a directory tier; file:// sources under the yielded root."""
+async def hydrator(nats_server: NatsServer, tmp_path: Path,
+                   request: pytest.FixtureRequest) -> AsyncIterator[Path]:
+    """The real cache hydrator over a directory tier; file:// sources under the yielded root.
+    Parametrize it indirectly with more of its settings."""
     data = tmp_path / "data"
     data.mkdir()
     s = hs.settings(nats_server.url, f"dir://{tmp_path}/tier", tmp_path / "hydrator",
-                    cache_allowed_roots=str(data))
+                    cache_allowed_roots=str(data), **getattr(request, "param", {}))
     async with hs.running(s):
         yield data
 
@@ -159,3 +162,83 @@ async def test_a_dataset_is_hydrated_in_use_deferred_while_read_and_removed_afte
     async def removed() -> bool:
         return await hs.status(datasets.bus, f"{datasets.ns}.imagenet") is None
     await wait_for(removed, timeout=20, what="the hydrator removed the data set")
+
+
+async def test_annotated_pods_get_their_hostpath_data_hydrated_and_bad_annotations_an_event(
+        datasets: Datasets, kube: KubeNamespace, kwok_nodes: KwokNodes, bridge_kubeconfig: Path,
+        start_bridge, hydrator: Path) -> None:
+    total = write_files(hydrator / "seed", {"part-0": 4096, "part-1": 1000})
+    await start_bridge(bridge_kubeconfig)
+    [node] = kwok_nodes(1)
+    pod = reading_pod("seed", node, {SEED_CACHE_DATASET: "yes"}, {"train": str(hydrator / "seed")})
+    pod["spec"]["serviceAccountName"] = "kube-bridge"  # any existing account: it is the owner
+    kube.core.create_namespaced_pod(datasets.ns, pod)
+    name = host_path_name(str(hydrator / "seed"))
+    [add] = await datasets.wait_requests(1)
+    uid = kube.core.read_namespaced_pod("seed", datasets.ns).metadata.uid
+    assert add.request_id == f"pod.{uid}.{name}"
+    assert (add.add.name, add.add.namespace, add.add.source, add.add.owner) == (
+        name, datasets.ns, f"file://{hydrator}/seed", "kube-bridge")
+    hydrated = await hs.settled(datasets.bus, f"{datasets.ns}.{name}", add.request_id)
+    assert (hydrated.phase, hydrated.cached_bytes) == (hs.PHASE.CACHE_PHASE_READY, total)
+
+    # A second pod over the same directory: the bus has the data set, nothing is asked again;
+    # and no Event: the hostPath data set needs no Dataset object.
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod(
+        "seed-2", node, {SEED_CACHE_DATASET: "yes"}, {"data": str(hydrator / "seed")}))
+    # Pods naming a data set badly get the parser's text as a Warning Event, and run anyway.
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod("bad-name", node, {DATASET: "ImageNet"}))
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod("no-volumes", node, {SEED_CACHE_DATASET: "yes"}))
+    bad = await wait_event(kube, "bad-name", "DatasetAnnotationInvalid")
+    assert bad.type == "Warning" and "data set name 'ImageNet' is not valid" in bad.message
+    none = await wait_event(kube, "no-volumes", "DatasetAnnotationInvalid")
+    assert "the pod has none" in none.message
+    # The Alnair form naming the seed pod's data set: known on the bus, so no DatasetNotFound.
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod("by-name", node, {DATASET: name}))
+    await asyncio.to_thread(kwok_nodes.wait_for_phase, datasets.ns, "by-name", "Running")
+    await asyncio.to_thread(kwok_nodes.wait_for_phase, datasets.ns, "seed-2", "Running")
+    marker = await wait_event(kube, "bad-name", "DatasetAnnotationInvalid")  # all handled by now
+    assert marker is not None
+    assert [r.request_id for r in await datasets.requests()] == [add.request_id]
+    assert not [e for p in ("seed", "seed-2", "by-name") for e in pod_events(kube, p)
+                if e.reason.startswith("Dataset")]
+    assert len([e for e in pod_events(kube, "bad-name") if e.reason.startswith("Dataset")]) == 1
+
+
+# Hydrating a takes 6 s: its reports come while the bridge is down.
+@pytest.mark.parametrize("hydrator", [{"cache_hydrate_bytes_per_second": 2 << 20}], indirect=True)
+async def test_a_restarted_bridge_loses_no_report_and_sends_nothing_twice(
+        datasets: Datasets, kube: KubeNamespace, kwok_nodes: KwokNodes, bridge_kubeconfig: Path,
+        start_bridge, hydrator: Path) -> None:
+    for name, size in (("a", 12 << 20), ("b", 2048), ("c", 1024)):
+        write_files(hydrator / name, {"x": size})
+    bridge = await start_bridge(bridge_kubeconfig)
+    a = datasets.create("a", {"source": f"file://{hydrator}/a"})
+    c = datasets.create("c", {"source": f"file://{hydrator}/c"})
+    await datasets.wait_status("c", lambda s: s.get("phase") == "Ready", "c Ready")
+    [node] = kwok_nodes(1)
+    kube.core.create_namespaced_pod(datasets.ns, reading_pod("reader", node, {DATASET: "a,c"}))
+    await asyncio.to_thread(kwok_nodes.wait_for_phase, datasets.ns, "reader", "Running")
+    await datasets.wait_status("a", lambda s: conditions(s).get("InUse", ("",))[0] == "True", "a InUse")
+    datasets.delete("c")
+    await datasets.wait_status("c", lambda s: conditions(s).get("DeletionDeferred", ("",))[0] == "True",
+                               "c deferred")
+    await bridge.stop()
+
+    # While it is down: a is hydrated, b is created, the reader of a and c ends.
+    await hs.settled(datasets.bus, f"{datasets.ns}.a", f"cr.{a['metadata']['uid']}.1")
+    assert datasets.get("a")["status"]["phase"] != "Ready", "nobody wrote the report yet"
+    b = datasets.create("b", {"source": f"file://{hydrator}/b"})
+    kwok_nodes.finish(datasets.ns, "reader")
+    await asyncio.to_thread(kwok_nodes.wait_for_phase, datasets.ns, "reader", "Succeeded")
+
+    await start_bridge(bridge_kubeconfig)
+    ready = await datasets.wait_status("a", lambda s: s.get("phase") == "Ready", "a Ready from the stream")
+    assert ready["status"]["cachedBytes"] == 12 << 20
+    await datasets.wait_status("a", lambda s: conditions(s).get("InUse", ("",))[0] == "False", "a not InUse")
+    await datasets.wait_status("b", lambda s: s.get("phase") == "Ready", "b Ready")
+    await datasets.wait_gone("c")
+    uid = {obj["metadata"]["name"]: obj["metadata"]["uid"] for obj in (a, b, c)}
+    requests = [(r.WhichOneof("action"), r.request_id) for r in await datasets.requests()]
+    assert sorted(requests) == sorted([("add", f"cr.{uid['a']}.1"), ("add", f"cr.{uid['b']}.1"),
+                                       ("add", f"cr.{uid['c']}.1"), ("remove", f"cr.{uid['c']}.delete")])

@@ -43,7 +43,7 @@ Obj = dict[str, Any]
 FINISHED = frozenset({"Succeeded", "Failed"})
 LIVE = frozenset({cache_pb2.CACHE_PHASE_PENDING, cache_pb2.CACHE_PHASE_HYDRATING,
                   cache_pb2.CACHE_PHASE_READY})
-Touched = Callable[[str, Iterable[str]], Awaitable[None]]
+Touched = Callable[..., Awaitable[None]]  # (namespace, *names)
 
 
 def pod_refs(pod: Obj) -> list[DatasetRef]:
@@ -100,7 +100,7 @@ class DatasetPods:
                 await self._guarded(pod)
             for uid, (namespace, names) in before.items():
                 if uid not in self.reading:
-                    await self.touched(namespace, names)
+                    await self.touched(namespace, *names)
             return
         if item.type == "DELETED":
             await self._end(str((item.obj.get("metadata") or {}).get("uid", "")))
@@ -143,13 +143,13 @@ class DatasetPods:
                 await self._hydrate(pod, ref)
             else:
                 await self._check_exists(pod, ref)
-        await self.touched(namespace, names | (before[1] if before else frozenset()))
+        await self.touched(namespace, *(names | (before[1] if before else frozenset())))
 
     async def _end(self, uid: str) -> None:
         self._seen.pop(uid, None)
         gone = self.reading.pop(uid, None)
         if gone is not None:
-            await self.touched(*gone)
+            await self.touched(gone[0], *gone[1])
 
     async def _known(self, namespace: str, name: str) -> cache_pb2.CacheDatasetStatus | None:
         found = await self.kv.get(cache_key(namespace, name))

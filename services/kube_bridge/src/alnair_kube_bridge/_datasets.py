@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
@@ -104,6 +104,8 @@ class Datasets:
                 else:
                     async with self._one_at_a_time(dataset_key(obj)):
                         await self.reconcile(obj)
+                    if isinstance(item, Synced):  # pods may have come and gone unseen
+                        await self.touched(*dataset_key(obj))
             except PermanentError as e:
                 # Nothing is requested before the finalizer holds the object, so skipping is
                 # safe; its next event tries again. Temporary failures are retried (lanes).
@@ -177,7 +179,7 @@ class Datasets:
 
     # -- pods → InUse, deferred deletions -----------------------------------------------------
 
-    async def touched(self, namespace: str, names: Iterable[str]) -> None:
+    async def touched(self, namespace: str, *names: str) -> None:
         """Pods started or stopped reading ``names``: their Datasets' InUse, and a deferred
         deletion completed once nobody reads it."""
         for name in sorted(set(names)):
