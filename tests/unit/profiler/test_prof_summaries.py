@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from alnair.v1 import common_pb2, metrics_pb2, workload_pb2
+from alnair.v1 import common_pb2, metrics_pb2, profile_pb2, workload_pb2
 from alnair_common import ConfigError, load_settings
 from alnair_profiler import ProfilerSettings, SeriesSummary, WorkloadProfile
 from alnair_profiler._domain import InvalidInputError, Point, Rejected, points_from_batch, workload_from_event
+from alnair_profiler._profile import SERIES
 from alnair_profiler._series import MAX_POINTS, Series
 
 
@@ -90,6 +91,18 @@ def test_profile_round_trips_through_record_and_message() -> None:
     assert profile.object_ref().kind == "Pod"
     assert profile.annotations()["ai.centaurus.io/max-cpu-cores"] == "2"
     assert all(k.startswith("ai.centaurus.io/") for k in profile.annotations())
+
+
+def test_every_recorded_series_is_in_the_message_copy_directions_included() -> None:
+    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid="u"), phase=workload_pb2.WORKLOAD_PHASE_SUCCEEDED)
+    info = workload_from_event(workload_pb2.WorkloadEvent(workload=w))
+    rates = {"htod": [1e9, 3e9], "dtoh": [2e8], "dtod": [5e10, 6e10]}
+    summaries = {f"memcpy_{d}_bytes_per_second": SeriesSummary.of(v) for d, v in rates.items()}
+    msg = WorkloadProfile(info, summaries).to_proto()
+    assert msg.memcpy_htod_bytes_per_second.max == 3e9
+    assert msg.memcpy_dtoh_bytes_per_second.max == 2e8 and msg.memcpy_dtoh_bytes_per_second.samples == 1
+    assert msg.memcpy_dtod_bytes_per_second.max == 6e10
+    assert set(SERIES) <= set(profile_pb2.WorkloadProfile.DESCRIPTOR.fields_by_name)
 
 
 def test_bad_settings_name_the_variable_and_the_fix() -> None:

@@ -25,8 +25,8 @@ from ._series import SeriesSummary
 SERIES = ("cpu_cores", "memory_bytes", "disk_io_bytes_per_second", "network_bytes_per_second",
           "gpu_utilization_ratio", "gpu_memory_bytes", "memcpy_bytes_per_second",
           "memcpy_htod_bytes_per_second", "memcpy_dtoh_bytes_per_second", "memcpy_dtod_bytes_per_second")
-# The copy series by direction are in the record and the annotations; the WorkloadProfile
-# message has only the sum (memcpy_bytes_per_second) until profile.proto gains them.
+# Every series is in the record, the annotations and the WorkloadProfile message (copy
+# bytes by direction and their sum alike); a series the message lacks would be left out.
 _PROTO_SERIES = frozenset(profile_pb2.WorkloadProfile.DESCRIPTOR.fields_by_name)
 SCHEMA_VERSION = 1
 ALNAIR_GROUP = "alnair.centaurus.io"
