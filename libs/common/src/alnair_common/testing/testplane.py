@@ -17,6 +17,7 @@ Fixtures:
   ``prometheus``  factory: ``prometheus(["127.0.0.1:8000"])`` -> PrometheusServer
   ``promtool``    ``promtool(exposition_text) -> list of complaints``
   ``redis``       RedisDatabase: db, url, prefix, client (flushed per test)
+  ``alluxio``     an ``alluxio://host:port/root`` tier URL with a fresh root (session server)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from pymongo import MongoClient
 
+from .alluxio import AlluxioServer, start_alluxio
 from .kube import (
     KubeNamespace,
     KubePlane,
@@ -165,3 +167,22 @@ def redis(redis_databases: DatabaseAllocator) -> Iterator[RedisDatabase]:
             database.client.flushdb()
         finally:
             database.client.close()
+
+
+@pytest.fixture(scope="session")
+def alluxio_server(testplane_bin: Testbin,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlluxioServer]:
+    server = start_alluxio(testplane_bin, tmp_path_factory.mktemp("alluxio"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def alluxio(alluxio_server: AlluxioServer) -> Iterator[str]:
+    url = alluxio_server.root()
+    try:
+        yield url
+    finally:
+        alluxio_server.remove(url.removeprefix(alluxio_server.url))
