@@ -99,7 +99,7 @@ def issue(ca_cert: bytes, ca_key: bytes, names: Sequence[str], days: int,
     key = _key()
     not_after = min(now + dt.timedelta(days=days), ca.not_valid_after_utc)
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64])]))
             .issuer_name(ca.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)

@@ -132,10 +132,10 @@ class AdmissionWebhookService(Service):
         """Warning Events for what the webhook could not do, sent in the background."""
         if self._events is None or review.pod is None:
             return
-        if mutation.invalid:
-            reason, messages = "DatasetAnnotationInvalid", [mutation.invalid]
-        else:
-            reason, messages = "DatasetUnknown", mutation.warnings[:len(mutation.unknown)]
+        # One reason for both: what the webhook did not do to this pod. kube-bridge reports
+        # the causes (DatasetNotFound, DatasetAnnotationInvalid) once the pod is stored.
+        reason = "DatasetCacheSkipped"
+        messages = [mutation.warnings[0]] if mutation.invalid else mutation.warnings[:len(mutation.unknown)]
         for message in messages:
             task = asyncio.create_task(asyncio.to_thread(
                 self._events.warn, review.namespace, review.pod, reason, message))
