@@ -44,6 +44,7 @@ SERVICES = {
     "alnair-profiler": "profiler",
     "alnair-elastic-job": "elastic_job",
     "alnair-cache-hydrator": "cache_hydrator",
+    "alnair-admission-webhook": "admission_webhook",
 }
 BRAINS = ("alnair-scheduler", "alnair-profiler", "alnair-elastic-job", "alnair-cache-hydrator")
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")

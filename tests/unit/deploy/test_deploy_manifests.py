@@ -38,7 +38,8 @@ from alnair_common import Service
 from alnair_common.annotations import OWNER_KINDS
 from alnair_common.config import load_settings
 
-CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                  "MutatingWebhookConfiguration"}
 BUS_MOUNT = "/var/run/secrets/alnair/bus"  # where a service finds its seed and the bus's CA
 NODE_AGENTS = {"alnair-device-plugin", "alnair-exporter"}
 BROAD_ROLES = {"cluster-admin", "admin", "edit"}
@@ -78,7 +79,7 @@ def resolved_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) 
             continue
         source = var["valueFrom"]
         if "fieldRef" in source:
-            downward = {"spec.nodeName": "gpu-node-1", "metadata.name": "pod-0"}
+            downward = {"spec.nodeName": "gpu-node-1", "metadata.name": "pod-0", "metadata.namespace": NAMESPACE}
             env[var["name"]] = downward[source["fieldRef"]["fieldPath"]]
         else:
             ref = source["secretKeyRef"]
@@ -116,6 +117,9 @@ def test_each_service_runs_once_with_probes_resources_and_metrics(overlay: str) 
             env = {e["name"]: e.get("value") for e in container["env"]}
             metrics_port = int(env["ALNAIR_METRICS_PORT"])
             assert env["ALNAIR_METRICS_HOST"] == "0.0.0.0" and ports.pop("metrics") == metrics_port
+        if service == "alnair-admission-webhook":  # the HTTPS endpoint the API server calls
+            listen = {e["name"]: e.get("value") for e in container["env"]}["ALNAIR_LISTEN_PORT"]
+            assert ports.pop("webhook") == int(listen), service
         assert ports == {"health": HEALTH_PORT}, f"{service}: ports {ports}"
         assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}, service
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, service
@@ -176,6 +180,12 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: wildcard {field} {rule}"
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), role["metadata"]["name"]
+            if role["metadata"]["name"] == "alnair-admission-webhook" and role["kind"] == "Role":
+                # its own TLS Secret only: create (RBAC cannot name what does not exist yet),
+                # get and update by name
+                assert rule["verbs"] == ["create"] or rule.get("resourceNames") == [
+                    "alnair-admission-webhook-tls"], rule
+                continue
             assert "secrets" not in rule["resources"], f"{role['metadata']['name']} may read secrets"
     bound: dict[str, set[tuple[str, str]]] = {}
     for binding in bindings:
