@@ -47,7 +47,8 @@ PUBLIC: dict[str, list[str]] = {
         "worker_labels"
     ],
     "alnair_dataset": [
-        "AccessDeniedError", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples", "CapacityError",
+        "AccessDeniedError", "AlluxioTier", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples",
+        "CapacityError",
         "DatasetEnvironment", "DatasetError", "DatasetFileSystem", "DatasetFootprint", "DatasetReader",
         "DirectoryTier",
         "FileEntry", "InvalidSpecError", "LocalSource", "NoSuchBucketError", "PathNotAllowedError",

@@ -1,6 +1,7 @@
 """alnair_dataset: the dataset cache's tier and the data client training code reads with.
 
-Few dependencies on purpose (redis, fsspec; boto3 for s3:// sources): it is installed into
+Few dependencies on purpose (redis, fsspec; boto3 for s3:// sources, requests for an
+``alluxio://`` tier): it is installed into
 arbitrary training images and knows nothing of the platform's bus. The hydrator service
 uses the same tier code to write what readers read.
 
@@ -8,6 +9,7 @@ Errors: every exception is a :class:`DatasetError`; its ``reason`` is the code a
 CacheDatasetStatus carries and ``temporary`` says whether retrying can help.
 """
 
+from ._alluxio_tier import AlluxioTier
 from ._chunking import CHUNK_BYTES, chunk_id, content_defined_chunks, fixed_chunks
 from ._directory_tier import DirectoryTier
 from ._errors import (
@@ -35,6 +37,7 @@ from ._tier import CacheTier, DatasetFootprint, TierUsage
 __all__ = [
     "CHUNK_BYTES",
     "AccessDeniedError",
+    "AlluxioTier",
     "Budget",
     "CacheTier",
     "CachedSamples",

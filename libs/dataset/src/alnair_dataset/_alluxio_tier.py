@@ -1,0 +1,308 @@
+"""The Alluxio 2.9 cache tier: the open-source Alluxio (the v0.5 seed's system) behind the
+same interface as the Redis tier, spoken to through its proxy's REST API (see
+:mod:`._alluxio_rest` for why that API).
+
+Layout under the root ``R`` (``/<url path>/<prefix>``); ``q(x)`` is ``x`` percent-quoted
+into one path component, which never starts with ``+``, so ``+``-names are the tier's own:
+
+* ``R/chunks/<id>`` a chunk's bytes. Written as ``R/chunks/+tmp+<client>+<n>`` and renamed
+  into place; the master's rename fails if the target exists, so exactly one writer of a
+  chunk sees it as new, a chunk is never visible half-written, and a writer killed
+  mid-chunk leaves only a ``+tmp+`` file (swept by :meth:`AlluxioTier.release` after an hour).
+  Usage is the sum of the chunk files' lengths, listed: exact by construction, no counter
+  to keep in step.
+* ``R/refs/<id>/q(dataset)`` one empty file per referencing data set (creating it twice is
+  creating it once).
+* ``R/datasets/q(dataset)/``: ``journal/<id>`` (written *before* the reference, as in every
+  tier), ``files/q(path)`` one manifest entry each, ``meta.json``, ``last_read``,
+  ``readers/q(reader)`` leases. Files with content are written to a ``+tmp+`` name in
+  their directory and renamed over the old one, so a reader sees the old or the new
+  entry, never a partial one.
+
+Concurrency contract. Alluxio has no multi-key transaction, so the tier orders its steps
+so that each interleaving stays correct, instead of relying on one writer:
+
+* A writer takes the reference *before* it checks that the chunk exists (and stores it if
+  not); a releaser that finds a chunk without referrers first renames it to a
+  ``+doomed+`` name, checks the referrers again, and only then deletes it, renaming it
+  back if a reference appeared. So a reference that a writer took and kept always has its
+  chunk, and two releasers free a chunk once (one rename wins).
+* ``meta.json`` is read-modify-written: it has one writer, the hydrator (leader-elected).
+  Readers write only their own lease file and ``last_read`` (last writer wins), never
+  ``meta.json``, so a renewal cannot undo a phase change.
+* A manifest entry is written by the hydrator and by readers writing back a miss: both
+  write the same bytes for the same file version, so the last rename wins harmlessly.
+* Leases compare the master's clock with itself: a lease's expiry is its file's
+  modification time (set by the master) plus its TTL; "now" is the modification time of
+  a probe file this client rewrites.
+
+What can go stale, never wrong: a reference taken for a chunk that is then not stored (the
+budget refused it) stays until the data set is released; a reader whose chunk was freed
+under it gets a miss and reads the source.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote, unquote, urlparse
+
+from ._alluxio_rest import WRITE_TYPES, AlluxioRest, Exists, NotFound
+from ._errors import InvalidSpecError
+from ._manifest import FileEntry
+from ._tier import DatasetFootprint, TierUsage
+
+TMP = "+tmp+"
+DOOMED = "+doomed+"
+STALE_TMP_SECONDS = 3600.0
+PARALLEL_CALLS = 8
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _own(entry: dict) -> bool:
+    """An entry the tier made for itself (temporary, doomed), not a chunk, ref or file."""
+    return entry["name"].startswith("+")
+
+
+class AlluxioTier:
+    """A :class:`~alnair_dataset.CacheTier` on Alluxio 2.9; safe to share between threads."""
+
+    name = "alluxio"
+
+    def __init__(self, rest: AlluxioRest, *, root: str, budget_bytes: int) -> None:
+        self.rest = rest
+        self.root = "/" + root.strip("/")
+        self.budget_bytes = budget_bytes
+        self._client = secrets.token_hex(6)  # names this client's temporary and probe files
+        self._counter = itertools.count()
+        self._pool = ThreadPoolExecutor(PARALLEL_CALLS, thread_name_prefix="alnair-alluxio")
+
+    @classmethod
+    def from_url(cls, url: str, *, budget_bytes: int, prefix: str = "alnair",
+                 timeout: float = 2.0) -> AlluxioTier:
+        """``alluxio://proxy-host:port[/root][?write_type=MUST_CACHE]``."""
+        parsed = urlparse(url)
+        try:
+            port = parsed.port or 39999
+        except ValueError as e:
+            raise InvalidSpecError(f"tier URL {url!r}: the port is not a number") from e
+        if parsed.scheme != "alluxio" or not parsed.hostname:
+            raise InvalidSpecError(f"tier URL {url!r}: write alluxio://proxy-host:port[/root]")
+        options = dict(part.partition("=")[::2] for part in parsed.query.split("&") if part)
+        write_type = options.pop("write_type", "MUST_CACHE").upper()
+        if options or write_type not in WRITE_TYPES:
+            raise InvalidSpecError(f"tier URL {url!r}: the only option is write_type, one of "
+                                   f"{', '.join(WRITE_TYPES)}")
+        rest = AlluxioRest(parsed.hostname, port, timeout=timeout, write_type=write_type)
+        return cls(rest, root=f"{unquote(parsed.path).rstrip('/')}/{prefix}",
+                   budget_bytes=budget_bytes)
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def _chunk(self, chunk: str) -> str:
+        return f"{self.root}/chunks/{chunk}"
+
+    def _refs(self, chunk: str) -> str:
+        return f"{self.root}/refs/{chunk}"
+
+    def _ds(self, dataset: str, what: str = "") -> str:
+        return f"{self.root}/datasets/{_q(dataset)}" + (f"/{what}" if what else "")
+
+    def _tmp_beside(self, path: str, kind: str = TMP) -> str:
+        return f"{path.rsplit('/', 1)[0]}/{kind}{self._client}+{next(self._counter)}"
+
+    # -- primitives -------------------------------------------------------------------------
+
+    def _mark(self, path: str) -> None:
+        """Create the empty file ``path`` unless it exists (a set add)."""
+        try:
+            self.rest.write_new(path, b"")
+        except Exists:
+            pass
+
+    def _put(self, path: str, data: bytes) -> None:
+        """Replace ``path``'s content: written aside, renamed into place."""
+        tmp = self._tmp_beside(path)
+        self.rest.write_new(tmp, data)
+        try:
+            self.rest.rename(tmp, path)
+        except Exists:
+            self.rest.delete(path)
+            try:
+                self.rest.rename(tmp, path)
+            except Exists:  # another writer's rename won the gap: its bytes stand
+                self.rest.delete(tmp)
+
+    def _read(self, path: str) -> bytes | None:
+        try:
+            return self.rest.read(path)
+        except NotFound:
+            return None
+
+    def _now(self) -> float:
+        """The master's clock: the modification time of a probe file just rewritten."""
+        probe = f"{self.root}/clock/{self._client}"
+        self.rest.write_new(probe, b"", overwrite=True)
+        return self.rest.status(probe)["lastModificationTimeMs"] / 1000
+
+    # -- chunks -----------------------------------------------------------------------------
+
+    def _chunk_sizes(self) -> dict[str, int]:
+        return {e["name"]: int(e["length"]) for e in self.rest.list(f"{self.root}/chunks")
+                if not _own(e)}
+
+    def usage(self) -> TierUsage:
+        sizes = self._chunk_sizes()
+        return TierUsage(sum(sizes.values()), len(sizes), self.budget_bytes)
+
+    def ref_existing(self, dataset: str, chunk: str) -> bool:
+        self._mark(self._ds(dataset, f"journal/{chunk}"))
+        self._mark(f"{self._refs(chunk)}/{_q(dataset)}")  # before the check: see the docstring
+        return self.rest.exists(self._chunk(chunk))
+
+    def put_chunk(self, dataset: str, chunk: str, data: bytes, *, journaled: bool = False) -> bool:
+        if not journaled:  # else ref_existing just journaled, referenced and found it absent
+            if self.ref_existing(dataset, chunk):
+                return False
+        tmp = self._tmp_beside(self._chunk(chunk))
+        self.rest.write_new(tmp, data)
+        try:
+            self.rest.rename(tmp, self._chunk(chunk))
+        except Exists:  # stored by another writer meanwhile
+            self.rest.delete(tmp)
+            return False
+        return True
+
+    def get_chunks(self, chunks: list[str]) -> list[bytes | None]:
+        if len(chunks) == 1:
+            return [self._read(self._chunk(chunks[0]))]
+        return list(self._pool.map(lambda c: self._read(self._chunk(c)), chunks))
+
+    # -- manifests --------------------------------------------------------------------------
+
+    def record_file(self, dataset: str, entry: FileEntry) -> None:
+        self._put(self._ds(dataset, f"files/{_q(entry.path)}"), entry.to_json().encode())
+
+    def file_entry(self, dataset: str, path: str) -> FileEntry | None:
+        raw = self._read(self._ds(dataset, f"files/{_q(path)}"))
+        return None if raw is None else FileEntry.from_json(path, raw)
+
+    def manifest(self, dataset: str) -> dict[str, FileEntry]:
+        names = [e["name"] for e in self.rest.list(self._ds(dataset, "files")) if not _own(e)]
+        raws = self._pool.map(lambda n: self._read(self._ds(dataset, f"files/{n}")), names)
+        return {unquote(n): FileEntry.from_json(unquote(n), raw)
+                for n, raw in zip(names, raws, strict=True) if raw is not None}
+
+    def _journaled(self, dataset: str) -> list[str]:
+        return [e["name"] for e in self.rest.list(self._ds(dataset, "journal")) if not _own(e)]
+
+    def _holders(self, chunk: str) -> int:
+        return sum(not _own(e) for e in self.rest.list(self._refs(chunk)))
+
+    def footprint(self, dataset: str) -> DatasetFootprint:
+        files = self.manifest(dataset)
+        all_sizes = self._chunk_sizes()
+        present = [c for c in self._journaled(dataset) if c in all_sizes]
+        sizes = [all_sizes[c] for c in present]
+        holders = list(self._pool.map(self._holders, present))
+        attributed = sum(s / max(1, h) for s, h in zip(sizes, holders, strict=True))
+        return DatasetFootprint(len(files), sum(e.size for e in files.values()), len(present),
+                                sum(sizes), round(attributed))
+
+    def release(self, dataset: str, keep: set[str] | None = None) -> int:
+        freed = 0
+        for chunk in self._journaled(dataset):
+            if keep is not None and chunk in keep:
+                continue
+            self.rest.delete(f"{self._refs(chunk)}/{_q(dataset)}")
+            freed += self._free_if_unreferenced(chunk)
+            self.rest.delete(self._ds(dataset, f"journal/{chunk}"))  # after the reference
+        self._sweep()
+        return freed
+
+    def _free_if_unreferenced(self, chunk: str) -> int:
+        """Delete ``chunk`` if no data set references it; the bytes freed."""
+        if self._holders(chunk):
+            return 0
+        doomed = self._tmp_beside(self._chunk(chunk), DOOMED)
+        try:
+            self.rest.rename(self._chunk(chunk), doomed)
+        except NotFound:  # never stored, or freed by another releaser
+            self.rest.delete(self._refs(chunk))
+            return 0
+        if self._holders(chunk):  # a writer referenced it between the two looks: keep it
+            try:
+                self.rest.rename(doomed, self._chunk(chunk))
+            except Exists:  # ...and already stored it again
+                self.rest.delete(doomed)
+            return 0
+        size = int(self.rest.status(doomed)["length"])
+        self.rest.delete(doomed)
+        self.rest.delete(self._refs(chunk))  # fails harmlessly if a reference just arrived
+        return size
+
+    def _sweep(self) -> None:
+        """Delete temporary chunk files older than an hour (their writer died)."""
+        stale = [e for e in self.rest.list(f"{self.root}/chunks") if _own(e)]
+        if stale:
+            cutoff = (self._now() - STALE_TMP_SECONDS) * 1000
+            for e in stale:
+                if e["lastModificationTimeMs"] < cutoff:
+                    self.rest.delete(e["path"])
+
+    def forget_files(self, dataset: str, paths: list[str]) -> None:
+        list(self._pool.map(lambda p: self.rest.delete(self._ds(dataset, f"files/{_q(p)}")),
+                            paths))
+
+    def set_meta(self, dataset: str, meta: dict[str, str]) -> None:
+        raw = self._read(self._ds(dataset, "meta.json"))
+        merged = {**(json.loads(raw) if raw else {}), **meta}
+        self._put(self._ds(dataset, "meta.json"), json.dumps(merged).encode())
+
+    def meta(self, dataset: str) -> dict[str, str]:
+        raw = self._read(self._ds(dataset, "meta.json"))
+        if raw is None:
+            return {}
+        meta = json.loads(raw)
+        last_read = self._read(self._ds(dataset, "last_read"))
+        if last_read:
+            meta["last_read"] = last_read.decode()
+        return meta
+
+    def lease(self, dataset: str, reader: str, ttl: float) -> None:
+        path = self._ds(dataset, f"readers/{_q(reader)}")
+        self._put(path, f"{ttl}".encode())
+        now = self.rest.status(path)["lastModificationTimeMs"] / 1000
+        self._put(self._ds(dataset, "last_read"), f"{now:.3f}".encode())
+
+    def unlease(self, dataset: str, reader: str) -> None:
+        self.rest.delete(self._ds(dataset, f"readers/{_q(reader)}"))
+
+    def readers(self, dataset: str) -> int:
+        leases = [e for e in self.rest.list(self._ds(dataset, "readers")) if not _own(e)]
+        if not leases:
+            return 0
+        now, live = self._now(), 0
+        for e in leases:
+            ttl = self._read(e["path"])
+            if ttl is not None and e["lastModificationTimeMs"] / 1000 + float(ttl) > now:
+                live += 1
+            else:
+                self.rest.delete(e["path"])
+        return live
+
+    def drop_manifest(self, dataset: str) -> None:
+        for what in ("meta.json", "last_read"):
+            self.rest.delete(self._ds(dataset, what))
+        for what in ("readers", "files"):
+            self.rest.delete(self._ds(dataset, what), recursive=True)
+        self.rest.delete(self._ds(dataset))  # stays while a kept part of the journal does
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self.rest.close()
