@@ -11,19 +11,23 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from kb_datasets_support import SPEC, Datasets, conditions, pod_events, reading_pod, wait_event
 from kubernetes.client.rest import ApiException
 
-from alnair_common import Bus
+from alnair.v1 import cache_pb2
+from alnair_common import Bus, subjects
 from alnair_common.annotations import DATASET, SEED_CACHE_DATASET
 from alnair_common.dataset_refs import host_path_name
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
+from alnair_kube_bridge._dataset_status import binary_bytes, from_cache_status, usage
 from alnair_kube_bridge._datasets import FINALIZER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
@@ -242,3 +246,82 @@ async def test_a_restarted_bridge_loses_no_report_and_sends_nothing_twice(
     requests = [(r.WhichOneof("action"), r.request_id) for r in await datasets.requests()]
     assert sorted(requests) == sorted([("add", f"cr.{uid['a']}.1"), ("add", f"cr.{uid['b']}.1"),
                                        ("add", f"cr.{uid['c']}.1"), ("remove", f"cr.{uid['c']}.delete")])
+
+
+async def test_a_failed_hydration_shows_its_reason_and_fix(
+        datasets: Datasets, bridge_kubeconfig: Path, start_bridge, hydrator: Path) -> None:
+    await start_bridge(bridge_kubeconfig)
+    datasets.create("outside", {"source": "file:///etc/alnair-not-allowed"})
+    failed = await datasets.wait_status("outside", lambda s: s.get("phase") == "Failed", "Failed")
+    status = failed["status"]
+    assert status["reason"] == "path-not-allowed" and str(hydrator) in status["message"]
+    assert conditions(status)["Ready"] == ("False", "PathNotAllowed")
+    assert conditions(status)["Hydrating"] == ("False", "PathNotAllowed")
+
+
+# -- reports as the hydrator publishes them --------------------------------------------------------
+
+
+def report(namespace: str, name: str, phase: int, *, request_id: str, second: int,
+           cached: int = 0, total: int = 100, reason: str = "") -> cache_pb2.CacheDatasetStatus:
+    at = Timestamp()
+    at.GetCurrentTime()
+    at.seconds += second
+    source = SPEC["source"]
+    return cache_pb2.CacheDatasetStatus(
+        dataset=name, namespace=namespace, source=source, phase=phase, total_bytes=total,
+        cached_bytes=cached, files_total=2, files_cached=1 if cached else 0, observed_at=at,
+        reason=reason, message=f"{reason or 'report'} {second}", progress=cached / total,
+        request_id=request_id, spec=cache_pb2.CacheDatasetSpec(name=name, namespace=namespace, source=source))
+
+
+async def test_only_the_newest_report_of_this_object_is_written(
+        datasets: Datasets, bridge_kubeconfig: Path, start_bridge) -> None:
+    await start_bridge(bridge_kubeconfig)
+    uid = datasets.create("imagenet")["metadata"]["uid"]
+    await datasets.wait_requests(1)
+    subject = subjects.cache_status(f"{datasets.ns}.imagenet")
+    mine = f"cr.{uid}.1"
+    await datasets.bus.publish(subject, report(datasets.ns, "imagenet", hs.PHASE.CACHE_PHASE_HYDRATING,
+                                               request_id=mine, second=2, cached=40))
+    hydrating = await datasets.wait_status("imagenet", lambda s: s.get("cachedBytes") == 40, "40 bytes")
+    assert conditions(hydrating["status"])["Hydrating"] == ("True", "Hydrating")
+    assert hydrating["status"]["cached"] == "40B/100B"
+    # Older, another object's and another source's reports are not written.
+    await datasets.bus.publish(subject, report(datasets.ns, "imagenet", hs.PHASE.CACHE_PHASE_READY,
+                                               request_id=mine, second=1, cached=100))
+    await datasets.bus.publish(subject, report(datasets.ns, "imagenet", hs.PHASE.CACHE_PHASE_READY,
+                                               request_id="cr.another-uid.1", second=3, cached=100))
+    other = report(datasets.ns, "imagenet", hs.PHASE.CACHE_PHASE_READY, request_id="cli", second=4, cached=100)
+    other.source = "s3://someone-else/data"
+    await datasets.bus.publish(subject, other)
+    await datasets.bus.publish(subject, report(datasets.ns, "imagenet", hs.PHASE.CACHE_PHASE_FAILED,
+                                               request_id=mine, second=5, cached=40,
+                                               reason="source-unreachable"))
+    failed = await datasets.wait_status("imagenet", lambda s: s.get("phase") == "Failed", "Failed")
+    assert failed["status"]["cachedBytes"] == 40, "no READY report of another data set came between"
+    assert conditions(failed["status"])["Ready"] == ("False", "SourceUnreachable")
+    assert failed["status"]["message"] == "source-unreachable 5"
+
+
+def test_conditions_keep_their_transition_time_until_their_status_flips() -> None:
+    def merged(status: dict, new: dict | None) -> dict:
+        assert new is not None
+        return {**status, **new}
+
+    def times(status: dict) -> dict[str, tuple[str, str, str]]:
+        return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"]) for c in status["conditions"]}
+
+    first = merged({}, from_cache_status({}, report("ns", "d", hs.PHASE.CACHE_PHASE_PENDING, request_id="r", second=0)))
+    later = merged(first, from_cache_status(first, report("ns", "d", hs.PHASE.CACHE_PHASE_HYDRATING,
+                                                            request_id="r", second=5, cached=10)))
+    assert times(later)["Hydrating"][2] == times(first)["Hydrating"][2], "still True: time kept"
+    ready = merged(later, from_cache_status(later, report("ns", "d", hs.PHASE.CACHE_PHASE_READY,
+                                                            request_id="r", second=9, cached=100)))
+    assert times(ready)["Ready"][:2] == ("True", "Hydrated") and times(ready)["Ready"][2] != times(later)["Ready"][2]
+    assert from_cache_status(ready, report("ns", "d", hs.PHASE.CACHE_PHASE_HYDRATING, request_id="r", second=7)) is None
+    used = merged(ready, usage(ready, ["p1", "p2"], deleting=True, when=datetime.now(UTC)))
+    assert times(used)["InUse"][:2] == ("True", "PodsReading")
+    assert times(used)["DeletionDeferred"][:2] == ("True", "PodsReading")
+    assert usage(used, ["p2", "p1"], deleting=True, when=datetime.now(UTC)) is None, "nothing new to write"
+    assert [binary_bytes(n) for n in (0, 1023, 1536, 5 << 30)] == ["0B", "1023B", "1.5Ki", "5.0Gi"]
