@@ -33,7 +33,7 @@ from alnair_common.testing.kube import KubeNamespace
 REPO = Path(__file__).resolve().parents[3]
 MANIFEST = REPO / "k8s" / "base" / "services" / "admission-webhook.yaml"
 TIER_URL = "redis://cache.test:6379/0"
-SECRET = "aw-tls"
+SECRET = "alnair-admission-webhook-tls"  # the name the Role grants
 
 
 def manifest(kind: str) -> dict[str, Any]:
