@@ -151,12 +151,19 @@ class Recorder:
         demo = self.demo
         demo.out.mkdir(parents=True, exist_ok=True)
         demo.results["environment"] = demo.environment_start()
+        if self.o.sim:  # e2e_share's label says stand-ins; here real torch runs on the CPU
+            demo.results["environment"].update(gpu="SIMULATED (sim:1x80, no GPU; workloads on the CPU)",
+                                               torch="see workload_torch")
         demo.check_setup()
         up = time.monotonic()
         demo.start_platform()
+        previous = None
+        if self.o.resume and (self.out / "meta.json").is_file():
+            previous = json.loads((self.out / "meta.json").read_text())  # the earlier command's record, kept
+        part = "/".join(map(str, self.o.grid_part)) if self.o.grid_part else ("rest" if done else "all")
         self.meta = {"environment": demo.results["environment"], "platform": demo.results.get("platform"),
-                     "startup_s": round(time.monotonic() - up, 2), "sim": self.o.sim,
-                     "grid_part": "/".join(map(str, self.o.grid_part)) if self.o.grid_part else "all",
+                     "startup_s": round(time.monotonic() - up, 2), "sim": self.o.sim, "grid_part": part,
+                     "previous": previous,
                      "options": {k: str(v) for k, v in vars(self.o).items()}, "notes": self.notes}
         self.save_meta()
         for slot in slots:
@@ -200,6 +207,7 @@ class Recorder:
             now = time.time()
             for a in actives:
                 if a.ended is None and a.proc is not None and a.proc.poll() is not None:
+                    self.sample([a], now)  # the last iterations and counters, as the run ends
                     a.ended, a.exit = now, a.proc.returncode
                     self.finish(a, actives)
             if now >= next_sample:
@@ -247,8 +255,10 @@ class Recorder:
         p = a.run.config.params
         text = a.log.read_text(errors="replace") if a.log.exists() else ""
         result = re.findall(rf"^{RESULT_PREFIX} .*$", text, re.M)
-        got = dict(re.findall(r"(\w+)=([\w.]+)", result[-1])) if result else {}
+        got = dict(re.findall(r"(\w+)=([\w.+]+)", result[-1])) if result else {}
         env = self.meta.get("environment", {})
+        if "torch" in got and "workload_torch" not in env:  # what the workloads ran (the sim's probe has none)
+            env["workload_torch"] = f"{got['torch']} ({got.get('device', '?')})"
         return {
             "run_id": a.run.run_id, "part": self.meta.get("grid_part", "all"), "workload": a.run.config.workload,
             "is_training": TRAINING[a.run.config.workload], "batch": int(p.get("batch", 64)),  # type: ignore[arg-type]

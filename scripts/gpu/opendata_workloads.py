@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else 0
     work = (last - first) if first and last else 0.0
     print(f"{RESULT_PREFIX} workload={a.workload} iterations={a.iterations} setup_seconds={setup:.3f} "
-          f"work_seconds={work:.3f} seconds={time.time() - began:.3f} torch_peak_bytes={peak}", flush=True)
+          f"work_seconds={work:.3f} seconds={time.time() - began:.3f} torch_peak_bytes={peak} "
+          f"torch={torch.__version__} device={a.device}", flush=True)
 
 
 if __name__ == "__main__":

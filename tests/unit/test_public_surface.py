@@ -46,6 +46,12 @@ PUBLIC: dict[str, list[str]] = {
         "is_after", "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command",
         "worker_labels"
     ],
+    "alnair_opendata": [
+        "Column", "DATA_ROOT", "DatasetNotFoundError", "LABELS", "OpenDataError", "RATES",
+        "RecordingError", "SCALARS", "SERIES", "SERIES_NAMES", "STATS", "SUMMARY", "SUMMARY_NAMES",
+        "SchemaMismatchError", "convert", "dataset_dir", "feature_columns", "features", "load_runs",
+        "load_series", "quantile", "rate", "statistics_of"
+    ],
     "alnair_dataset": [
         "AccessDeniedError", "AlluxioTier", "Budget", "CHUNK_BYTES", "CacheTier", "CachedSamples",
         "CapacityError",

@@ -107,9 +107,10 @@ def convert(sources: Path | str | list[Path | str], target: Path | str) -> dict[
             metas.append(json.loads((d / "meta.json").read_text()))
         except (OSError, ValueError):
             metas.append({"missing": f"{d}/meta.json"})
+    keep = ("environment", "platform", "startup_s", "grid_part", "sim", "elapsed_s", "notes", "options", "teardown",
+            "previous")
     meta = {"runs": len(ids), "sources": [str(d) for d in dirs],
-            "recordings": [{k: m.get(k) for k in ("environment", "platform", "startup_s", "grid_part", "sim",
-                                                  "elapsed_s", "notes", "options", "teardown")} for m in metas]}
+            "recordings": [{k: m.get(k) for k in keep} for m in metas]}
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     summary = {"runs": len(ids), "samples": len(columns["run_id"]), "summary_columns": len(SUMMARY),
                "bytes": sum(p.stat().st_size for p in out.iterdir() if p.is_file())}

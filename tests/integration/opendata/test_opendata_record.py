@@ -1,0 +1,86 @@
+"""`scripts/gpu/opendata_record.py --sim` end to end: the real platform (`alnair up --gpus
+sim:1x80`, every service, embedded NATS), real `alnair run` and `alnair profile`, the real
+workloads of opendata_workloads.py on the CPU (`--device cpu`, tiny sizes).
+
+What the GPU recording does, minus the GPU: runs alone and shared, a series file per run
+as it ends and a summary row with every schema column, `--resume` recording only what is
+missing, a refusal to append without it, and `alnair-opendata convert` + the loaders over
+the result.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alnair_opendata import LABELS, SERIES_NAMES, SUMMARY_NAMES, convert, features, load_runs, load_series
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "scripts" / "gpu" / "opendata_record.py"
+sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+from opendata_series import read_series  # noqa: E402
+
+
+def record(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), "--sim", "--out", str(out), *extra], capture_output=True,
+                          text=True, cwd=REPO, timeout=240)
+
+
+def rows(out: Path) -> dict[str, dict]:
+    return {r["run_id"]: r for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.timeout(420)
+def test_sim_recording_alone_and_shared_then_resume_and_convert(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    done = record(out, "--only", "r001-cnn-c100,r007-cnn-c50s")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rows(out)
+    assert set(got) == {"r001-cnn-c100", "r007-cnn-c50s", "r008-pinf-c50s"}
+    for run_id, row in got.items():
+        assert set(SUMMARY_NAMES) <= set(row), set(SUMMARY_NAMES) - set(row)
+        assert row["exit_code"] == 0 and row["timed_out"] is False and row["iterations_done"] == row["iterations"]
+        assert row["profile_evidence"], f"{run_id}: no profile read"
+        series_file = out / "series" / f"{run_id}.csv.gz"
+        with gzip.open(series_file, "rt") as f:
+            assert tuple(f.readline().strip().split(",")) == SERIES_NAMES
+        series = read_series(series_file)
+        assert len(series) >= 3 and row["samples"] == len(series)
+        assert series[-1]["iterations_total"] == row["iterations"]  # the truth file, counted
+        assert max(r["cpu_seconds_total"] or 0 for r in series) > 0.5  # /proc of the tree: import torch alone
+        assert features(series) == {k: row[k] for k in features(series)}
+        assert (out / "profiles" / f"{run_id}.json").is_file()
+    shared, alone = got["r007-cnn-c50s"], got["r001-cnn-c100"]
+    assert (shared["mode"], shared["co_runner"], shared["co_runner_run_id"], shared["compute_percent"],
+            shared["co_runner_compute_percent"]) == ("shared", "poisson_infer", "r008-pinf-c50s", 50, 50)
+    assert (alone["mode"], alone["co_runner"], alone["workload"], alone["is_training"]) == \
+        ("alone", "", "cnn_train", True)
+    assert got["r008-pinf-c50s"]["is_training"] is False and got["r008-pinf-c50s"]["rate"] == 20.0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["sim"] is True and meta["teardown"]["clean"] is True and meta["startup_s"] > 0
+    assert "SIMULATED" in meta["environment"]["gpu"] and "cpu" in meta["environment"]["workload_torch"]
+
+    again = record(out, "--only", "r001-cnn-c100")
+    assert again.returncode == 2 and "--resume" in again.stderr  # never appends silently
+
+    resumed = record(out, "--resume", "--only", "r001-cnn-c100,r004-pinf-c100")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "1 slots, 1 runs to record" in resumed.stdout
+    lines = (out / "runs.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["run_id"] for x in lines) == ["r001-cnn-c100", "r004-pinf-c100", "r007-cnn-c50s",
+                                                              "r008-pinf-c50s"]
+
+    published = tmp_path / "published"
+    summary = convert(out, published / "dry")
+    assert summary["runs"] == 4
+    runs = load_runs("dry", published)
+    assert runs.column_names == list(SUMMARY_NAMES) and runs.num_rows == 4
+    assert runs["co_runner"].to_pylist() == ["", "", "poisson_infer", "cnn_train"]
+    s = load_series("r004-pinf-c100", "dry", published)
+    assert s.column_names == ["run_id", *SERIES_NAMES] and s.num_rows == runs["samples"].to_pylist()[1]
+    assert [c.name for c in LABELS][:3] == ["run_id", "part", "workload"]
