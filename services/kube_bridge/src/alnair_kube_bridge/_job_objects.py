@@ -45,6 +45,15 @@ GANG_LABEL = ANNOTATION_PREFIX + "training-job-gang"  # value: the job's name
 MANAGED_BY = {"app.kubernetes.io/managed-by": "alnair-kube-bridge"}
 WHOLE_GPU = "nvidia.com/gpu"
 RENDEZVOUS_PORT = 29400
+# A job's pods leave a node that stops answering after this long, not Kubernetes' default
+# 300 s: survivors of a lost worker wait in the rendezvous until its replacement joins, so
+# every second the dead pod is kept is a second of the whole job lost. 30 s rides out a
+# kubelet restart or a short network blip. (Nodes deleted outright: _lost_nodes.py.)
+NODE_LOSS_TOLERATION_SECONDS = 30
+NODE_LOSS_TOLERATIONS = [
+    {"key": key, "operator": "Exists", "effect": "NoExecute",
+     "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
 RENDEZVOUS_DIR = "/tmp/rdzv"
 HOST_CONTAINER, ROUNDS_CONTAINER = "host", "rounds"
 HOST_SCRIPT = Path(alnair_lifecycle.__file__).with_name("rendezvous_host.py")
@@ -182,6 +191,7 @@ def worker_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, scheduler
         "restartPolicy": "Never",
         "subdomain": workers_service_name(base),
         "enableServiceLinks": False,
+        "tolerations": NODE_LOSS_TOLERATIONS,
         "containers": [{
             "name": "worker", "image": spec.image,
             "command": torchrun_command(plan, endpoint(gang, namespace)),
@@ -218,6 +228,7 @@ def rendezvous_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, owned
             # dies fails its gang, and the controller starts a new one.
             "restartPolicy": "Never",
             "enableServiceLinks": False,
+            "tolerations": NODE_LOSS_TOLERATIONS,
             "containers": [
                 {"name": HOST_CONTAINER, "image": plan.spec.image, "command": host,
                  "ports": [{"name": "c10d", "containerPort": RENDEZVOUS_PORT}],

@@ -4,37 +4,48 @@ A node's inventory is published by the device plugin running on it, which cannot
 its node was deleted. kube-bridge does: when a node is deleted (or is missing from a list,
 i.e. it went while nobody watched) and an inventory is on record for it, an empty inventory
 is published on ``alnair.node.<node>.inventory`` and the record is removed from the
-``node_inventory`` bucket, so the scheduler stops placing work on cards that are gone.
+``node_inventory`` bucket, so the scheduler stops placing work on cards that are gone; the
+training jobs' pods bound to it are deleted so their jobs replace them (_lost_nodes.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from alnair.v1 import inventory_pb2
 from alnair_common import Bus, PermanentError, TypedKV, get_logger, subjects
 
+from ._lost_nodes import LostNodes
 from ._watch import Changed, Synced
 
 log = get_logger("alnair.kube-bridge.nodes")
 
 
 class NodeEvents:
-    def __init__(self, bus: Bus, kv: TypedKV[inventory_pb2.NodeInventory]) -> None:
+    def __init__(self, bus: Bus, kv: TypedKV[inventory_pb2.NodeInventory],
+                 lost: LostNodes | None = None) -> None:
         self.bus = bus
         self.kv = kv
+        self.lost = lost  # the training jobs' pods on a gone node (_lost_nodes.py)
 
     @classmethod
-    async def open(cls, bus: Bus) -> NodeEvents:
-        return cls(bus, await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory))
+    async def open(cls, bus: Bus, lost: LostNodes | None = None) -> NodeEvents:
+        return cls(bus, await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory), lost)
 
     async def handle(self, item: Synced | Changed) -> None:
         if isinstance(item, Changed):
             if item.type == "DELETED":
-                await self.gone((item.obj.get("metadata") or {}).get("name", ""))
+                name = (item.obj.get("metadata") or {}).get("name", "")
+                await self.gone(name)
+                if self.lost is not None:
+                    await asyncio.to_thread(self.lost.node_deleted, name)
             return
         present = {(n.get("metadata") or {}).get("name") for n in item.items}
         for key in await self.kv.keys():
             if key not in present:
                 await self.gone(key)
+        if self.lost is not None:
+            await asyncio.to_thread(self.lost.nodes_listed, {p for p in present if p})
 
     async def gone(self, node: str) -> None:
         try:

@@ -39,6 +39,7 @@ from ._job_rounds import RoundsRelay
 from ._job_workers import JobWorkers
 from ._kube_client import api_client
 from ._lanes import drain
+from ._lost_nodes import LostNodes
 from ._nodes import NodeEvents
 from ._podgroups import PodGroupEvents
 from ._settings import KubeBridgeSettings
@@ -102,7 +103,7 @@ class KubeBridgeService(Service):
             list_groups = partial(custom.list_cluster_custom_object, group, version, "podgroups")
             list_jobs = partial(custom.list_cluster_custom_object, *jobs_api, JOBS_PLURAL)
             list_datasets = partial(custom.list_cluster_custom_object, *datasets_api, DATASETS_PLURAL)
-        nodes = await NodeEvents.open(self.bus)
+        nodes = await NodeEvents.open(self.bus, LostNodes(core, ns))
         training_jobs = TrainingJobs(self.bus, self.api, ns)
         datasets = Datasets(self.bus, self.api, ns)
         dataset_pods = DatasetPods(
