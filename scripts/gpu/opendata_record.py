@@ -50,6 +50,7 @@ from opendata_workloads import RESULT_PREFIX, TRAINING  # noqa: E402
 from alnair_opendata import SERIES_NAMES, features  # noqa: E402
 
 PERIOD_S = 1.0
+PROFILE_RETRY_S = 1.5  # the profile is written shortly after the run ends; ask again after this
 TEARDOWN_S = {False: 30.0, True: 20.0}
 
 
@@ -81,6 +82,7 @@ class Pending:
     give_up_at: float
     proc: subprocess.Popen[bytes] | None = None
     answer: Path | None = None
+    next_try: float = 0.0
 
 
 class Recorder:
@@ -285,12 +287,12 @@ class Recorder:
             for p in list(self.pending):
                 if p.proc is not None and p.proc.poll() is not None:
                     ok = p.proc.returncode == 0
-                    p.proc = None
+                    p.proc, p.next_try = None, time.monotonic() + PROFILE_RETRY_S
                     if ok and self.take_profile(p):
                         continue
                 if p.proc is None and time.monotonic() >= p.give_up_at:
                     self.write_row(p, None)
-            waiting = [p for p in self.pending if p.proc is None]
+            waiting = [p for p in self.pending if p.proc is None and time.monotonic() >= p.next_try]
             if waiting and not any(p.proc is not None for p in self.pending):
                 p = waiting[0]
                 p.answer = self.demo.tmp / f"profile-{p.active.run.run_id}.json"
