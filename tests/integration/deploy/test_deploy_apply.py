@@ -5,7 +5,8 @@
   the bus's Secrets as scripts/bus-credentials writes them for an operator to apply.
 * The RBAC of the bundle, applied for real, grants each service exactly what it uses: the
   apiserver's authorizer answers ``can-i`` for each service account.
-* The examples are accepted; the deliberately invalid PodGroups are refused by the schema.
+* The examples are accepted; the deliberately invalid PodGroups and Datasets are refused by
+  the schema.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def example_docs(path: Path) -> list[dict[str, Any]]:
 
 def test_examples_are_accepted(kube: KubeNamespace) -> None:
     docs = [d for p in sorted((K8S / "examples").glob("*.yaml")) for d in example_docs(p)]
-    assert {d["kind"] for d in docs} == {"Pod", "PodGroup"}
+    assert {d["kind"] for d in docs} == {"Pod", "PodGroup", "Dataset"}
     done = kubectl_apply(kube, docs)
     assert done.returncode == 0, f"the examples were refused:\n{done.stderr}"
     pod = yaml.safe_load(kube.kubectl("get", "pod", "fractional-gpu-train", "-o", "yaml"))
@@ -143,10 +144,12 @@ def test_examples_are_accepted(kube: KubeNamespace) -> None:
     assert group["spec"] == {"minMember": 3, "scheduleTimeoutSeconds": 600}
     members = kube.kubectl("get", "pods", "-l", "alnair.centaurus.io/pod-group=ddp-train", "-o", "name").split()
     assert len(members) == group["spec"]["minMember"]
+    dataset = yaml.safe_load(kube.kubectl("get", "dataset", "imagenet", "-o", "yaml"))
+    assert (dataset["spec"]["pin"], dataset["spec"]["replicas"], dataset["spec"]["tier"]) == (True, 1, "redis")
 
 
-def invalid_podgroups() -> list[tuple[str, dict[str, Any]]]:
-    path = K8S / "examples" / "invalid" / "podgroup-invalid.yaml"
+def invalid_examples(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    path = K8S / "examples" / "invalid" / f"{kind}-invalid.yaml"
     cases = []
     for chunk in path.read_text().split("\n---\n"):
         expect = next(line.split(":", 1)[1].strip() for line in chunk.splitlines() if line.startswith("# expect:"))
@@ -154,7 +157,7 @@ def invalid_podgroups() -> list[tuple[str, dict[str, Any]]]:
     return cases
 
 
-@pytest.mark.parametrize("expect,doc", invalid_podgroups(),
+@pytest.mark.parametrize("expect,doc", invalid_examples("podgroup"),
                          ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
 def test_invalid_podgroup_is_refused_by_the_schema(kube: KubeNamespace, expect: str, doc: dict[str, Any]) -> None:
     done = kubectl_apply(kube, [doc])
@@ -162,3 +165,12 @@ def test_invalid_podgroup_is_refused_by_the_schema(kube: KubeNamespace, expect: 
     assert expect in done.stderr, f"the refusal does not name {expect}: {done.stderr}"
     listed = kube.kubectl("get", "podgroups", "-o", "name")
     assert doc["metadata"]["name"] not in listed
+
+
+@pytest.mark.parametrize("expect,doc", invalid_examples("dataset"),
+                         ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
+def test_invalid_dataset_is_refused_by_the_schema(kube: KubeNamespace, expect: str, doc: dict[str, Any]) -> None:
+    done = kubectl_apply(kube, [doc])
+    assert done.returncode != 0, f"Dataset {doc['metadata']['name']} was accepted: {done.stdout}"
+    assert expect in done.stderr, f"the refusal does not say {expect!r}: {done.stderr}"
+    assert doc["metadata"]["name"] not in kube.kubectl("get", "datasets", "-o", "name")
