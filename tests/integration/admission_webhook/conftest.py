@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,7 @@ from kubernetes import client as k8s
 from alnair.v1 import cache_pb2
 from alnair_admission_webhook import AdmissionWebhookService, AdmissionWebhookSettings
 from alnair_common import TypedKV
+from alnair_common.natsd import free_port
 from alnair_common.testing import wait_for
 from alnair_common.testing.bus_fixtures import SecuredNats
 from alnair_common.testing.kube import KubeNamespace
@@ -39,12 +39,6 @@ SECRET = "alnair-admission-webhook-tls"  # the name the Role grants
 def manifest(kind: str) -> dict[str, Any]:
     docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     return copy.deepcopy(next(d for d in docs if d["kind"] == kind))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
