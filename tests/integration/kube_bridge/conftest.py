@@ -18,6 +18,7 @@ from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
 from alnair_kube_bridge import KubeBridgeService, KubeBridgeSettings
+from alnair_kube_bridge._job_workers import JOBS_ROLE
 
 REPO = Path(__file__).resolve().parents[3]
 RBAC = REPO / "k8s" / "base" / "rbac" / "kube-bridge.yaml"
@@ -119,3 +120,23 @@ def _service_account_kubeconfig(kube: KubeNamespace, tmp_path: Path) -> Path:
     path = tmp_path / "kube-bridge.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture
+def bind_jobs_role(kube: KubeNamespace, bridge_kubeconfig: Path) -> Iterator[Callable[[], None]]:
+    """Bind the training-jobs ClusterRole (made with the bridge's RBAC) in the test namespace,
+    as an operator does for each namespace that runs training jobs. Ask for it before
+    ``start_bridge``, so that the role goes after the bridges stopped."""
+    rbac = k8s.RbacAuthorizationV1Api(kube.api_client)
+    role = f"{JOBS_ROLE}-{kube.namespace}"
+
+    def bind() -> None:
+        rbac.create_namespaced_role_binding(kube.namespace, {
+            "metadata": {"name": "alnair-training-jobs"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "kube-bridge", "namespace": kube.namespace}]})
+
+    try:
+        yield bind
+    finally:
+        rbac.delete_cluster_role(role)

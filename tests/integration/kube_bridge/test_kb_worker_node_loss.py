@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kb_support import workload_events
 from kubernetes import client as k8s
-from test_kb_workers import bind_jobs_role, plan, send, wait_workers  # noqa: F401 - a fixture
+from test_kb_workers import plan, send, wait_workers
 
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from alnair_common.testing.kwok import KwokNodes
 from alnair_elastic_job import WorkerExited, job_key, worker_input
 from alnair_kube_bridge._job_objects import GENERATION_ANNOTATION, HOST_SCRIPT, gang_name, rendezvous_pod
 from alnair_kube_bridge._job_rounds import rounds_in
-from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
+from alnair_kube_bridge._job_workers import job_selector
 from alnair_lifecycle import WORKER_ENV, torchrun_command, worker_labels
 
 J = job_pb2
@@ -91,26 +91,6 @@ def gang_objects(kube: KubeNamespace, gang: str) -> tuple[bool, bool, bool]:
     return (exists(lambda: kube.core.read_namespaced_pod(gang, ns)),
             exists(lambda: kube.core.read_namespaced_service(gang, ns)),
             exists(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, gang)))
-
-
-@pytest.fixture
-def bind_jobs_role(kube: KubeNamespace, bridge_kubeconfig: Path) -> Iterator[Callable[[], None]]:
-    """Bind the training-jobs ClusterRole (made with the bridge's RBAC) in the test namespace,
-    as an operator does for each namespace that runs training jobs. Ask for it before
-    ``start_bridge``, so that the role goes after the bridges stopped."""
-    rbac = k8s.RbacAuthorizationV1Api(kube.api_client)
-    role = f"{JOBS_ROLE}-{kube.namespace}"
-
-    def bind() -> None:
-        rbac.create_namespaced_role_binding(kube.namespace, {
-            "metadata": {"name": "alnair-training-jobs"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "kube-bridge", "namespace": kube.namespace}]})
-
-    try:
-        yield bind
-    finally:
-        rbac.delete_cluster_role(role)
 
 
 async def test_plans_create_workers_gang_and_rendezvous_then_stop_rescale_and_end(

@@ -71,8 +71,9 @@ class LostNodes:
                                           preconditions=k8s.V1Preconditions(uid=meta.uid))
             try:
                 # 404: gone already; 409: the name is another pod's now (this one is gone too).
-                api_call(f"delete pod {meta.namespace}/{meta.name}", lambda m=meta: self.core.delete_namespaced_pod(
-                    m.name, m.namespace, body=options), absent=(404, 409))
+                api_call(f"delete pod {meta.namespace}/{meta.name}",
+                         lambda m=meta, o=options: self.core.delete_namespaced_pod(m.name, m.namespace, body=o),
+                         absent=(404, 409))
             except KubeApiError as e:
                 if e.status != 403:
                     raise
