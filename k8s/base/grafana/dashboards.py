@@ -6,7 +6,7 @@ metric that no Alnair component exports. Hand edits of the JSON are therefore lo
 design: one source, reviewed as code.
 
 Queries use only the metric names of the exporter (GPU, per-pod GPU, CUDA-level, host),
-the scheduler, the profiler and the bus client, with their exposition names (counters end
+the scheduler, the profiler, the cache hydrator and the bus client, with their exposition names (counters end
 in ``_total``). The Prometheus data source is provisioned with the fixed uid below, so the
 dashboards need no import-time choice.
 """
@@ -193,8 +193,46 @@ def platform() -> dict:
     ], [])
 
 
+def dataset_cache() -> dict:
+    """The dataset cache: how full the tier is, how often lookups hit, how far hydrations got."""
+    return dashboard("alnair-dataset-cache", "Alnair / Dataset cache",
+                     "The cache tier's size against its budget, its hit ratio, and each data set's "
+                     "hydration progress (the cache hydrator's metrics).", [
+        panel("Cache size", "Bytes the tier stores (each chunk once, however many data sets share it) "
+              "against the budget the hydrator keeps it under.",
+              [target("max(alnair_cache_tier_stored_bytes)", "stored"),
+               target("max(alnair_cache_tier_budget_bytes)", "budget")],
+              unit="bytes", x=0, y=0),
+        panel("Hit ratio", "Lookups of the tier that found their key, over all lookups, summed over the tier's "
+              "Redis servers: data clients reading manifests and chunks, and the hydrator checking what is "
+              "stored. Low while data sets hydrate; near 1 on warm epochs.",
+              [target("sum(rate(alnair_cache_tier_hits_total[5m])) / (sum(rate(alnair_cache_tier_hits_total[5m]))"
+                      " + sum(rate(alnair_cache_tier_misses_total[5m])))", "hit ratio")],
+              unit="percentunit", x=12, y=0, max_value=1),
+        panel("Hydration progress", "Cached bytes over total bytes of each data set (1 once READY; 0 after an "
+              "eviction).",
+              [target('max by (namespace, dataset) (alnair_cache_dataset_progress_ratio{namespace=~"$namespace"})',
+                      "{{namespace}}/{{dataset}}")],
+              unit="percentunit", x=0, y=8, max_value=1),
+        panel("Cached bytes per data set", "Bytes of each data set in the tier (shared chunks counted in each).",
+              [target('max by (namespace, dataset) (alnair_cache_dataset_cached_bytes{namespace=~"$namespace"})',
+                      "{{namespace}}/{{dataset}}")],
+              unit="bytes", x=12, y=8),
+        panel("Hydration throughput", "Bytes per second read from the sources, and bytes of new chunks stored "
+              "(the difference is what dedup found already stored).",
+              [target("sum(rate(alnair_cache_hydrator_source_read_bytes_total[5m]))", "read from sources"),
+               target("sum(rate(alnair_cache_hydrator_stored_bytes_total[5m]))", "stored")],
+              unit="Bps", x=0, y=16),
+        panel("Hydrations and evictions", "Hydrations ended per hour by phase and reason, and data sets evicted.",
+              [target("sum by (phase, reason) (increase(alnair_cache_hydrator_hydrations_total[1h]))",
+                      "{{phase}} {{reason}}"),
+               target("sum(increase(alnair_cache_hydrator_evictions_total[1h]))", "evicted")],
+              unit="short", x=12, y=16),
+    ], [variable("namespace", "label_values(alnair_cache_dataset_progress_ratio, namespace)", "Namespace")])
+
+
 DASHBOARDS = {"alnair-gpu-sharing.json": gpu_sharing, "alnair-workloads.json": workloads,
-              "alnair-platform.json": platform}
+              "alnair-platform.json": platform, "alnair-dataset-cache.json": dataset_cache}
 
 
 def render() -> dict[str, str]:

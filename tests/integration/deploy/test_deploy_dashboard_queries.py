@@ -7,7 +7,7 @@ kubelet on a unix socket), and the workloads from bus events, as on a node. The 
 checks, for every query of every dashboard (Grafana variables set to "All"):
 
 * each metric it names is in the exposition, served by the exporter or by the scheduler,
-  profiler and bus client registries that the services serve on their own /metrics;
+  profiler, cache hydrator and bus client registries that the services serve on their own /metrics;
 * Prometheus accepts it (PromQL syntax and functions);
 * a query over exporter metrics returns series: the panel shows data on a real node.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 from deploy_render import K8S
 from prometheus_client.parser import text_string_to_metric_families
 
+import alnair_cache_hydrator  # noqa: F401  (registers the cache hydrator's metrics)
 import alnair_profiler  # noqa: F401  (registers the profiler's metrics, as its process does)
 import alnair_scheduler  # noqa: F401  (registers the scheduler's metrics)
 from alnair.v1 import workload_pb2

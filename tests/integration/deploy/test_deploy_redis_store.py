@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 import redis
 from deploy_render import K8S, find, main_container, pod_spec, render
+from prometheus_client import REGISTRY
 
+from alnair_cache_hydrator._tier_stats import TierStats
 from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
 from alnair_common.testing.testbin import locate
-from alnair_dataset import connect
+from alnair_dataset import connect, open_tier
 
 PASSWORD = "alnair-dev-password"  # the dev overlay's generated value
 SCRIPTS = K8S / "base" / "redis"
@@ -164,6 +166,33 @@ def test_the_bundle_forms_a_password_protected_cluster_once_and_the_tier_spreads
             assert one.config_get("appendonly") == {"appendonly": "yes"}
     assert sum(sizes) == 300 and min(sizes) > 50, sizes
     client.close()
+
+
+def test_the_hit_ratio_panel_counts_lookups_on_every_server_of_the_cluster(
+        servers: list[Server]) -> None:
+    for i, s in enumerate(servers):
+        start(s, i)
+    assert bootstrap(servers).returncode == 0
+    url = f"redis-cluster://:{PASSWORD}@{','.join(s.addr for s in servers)}"
+    stats = TierStats(lambda: open_tier(url, budget_bytes=1 << 30, prefix="t"), url)
+    stats.refresh()  # the baseline: what the servers counted before
+    hits, misses = sample("alnair_cache_tier_hits_total"), sample("alnair_cache_tier_misses_total")
+    client = connect(url)
+    for i in range(90):
+        client.set(f"chunk-{i}", b"x")
+    for i in range(90):
+        assert client.get(f"chunk-{i}") == b"x"
+    for i in range(30):
+        assert client.get(f"absent-{i}") is None
+    client.close()
+    stats.refresh()
+    assert sample("alnair_cache_tier_hits_total") - hits == 90
+    assert sample("alnair_cache_tier_misses_total") - misses == 30
+    assert sample("alnair_cache_tier_budget_bytes") == 1 << 30
+
+
+def sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def test_servers_that_all_come_back_with_new_addresses_find_each_other(

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from prometheus_client import REGISTRY
 from sched_harness import Adapter, Observer, start_scheduler, stop_scheduler
 
 from alnair.v1 import cache_pb2
@@ -70,6 +71,9 @@ async def test_directory_tier_names_its_node_and_the_pod_goes_there(
                         node_name="node-b"):
         status = await hydrated(bus, data)
         assert list(status.nodes) == ["node-b"] and status.progress == 1.0
+        # What the dashboard's hydration-progress panel reads.
+        assert REGISTRY.get_sample_value("alnair_cache_dataset_progress_ratio",
+                                         {"namespace": "default", "dataset": "imagenet"}) == 1.0
     service, task = await start_scheduler(nats_server.url)
     try:
         pod = await adapter.pending("train", 10, 10, annotations={DATASET: "imagenet"})

@@ -14,3 +14,12 @@ EVICTIONS = Counter("alnair_cache_hydrator_evictions_total",
                     "Data sets evicted to make room for another.")
 TIER_STORED = Gauge("alnair_cache_tier_stored_bytes", "Bytes the tier stores (each chunk once).")
 TIER_BUDGET = Gauge("alnair_cache_tier_budget_bytes", "Bytes the tier may store.")
+TIER_HITS = Counter("alnair_cache_tier_hits",
+                    "Lookups of the tier that found their key (Redis keyspace_hits over all its servers).")
+TIER_MISSES = Counter("alnair_cache_tier_misses",
+                      "Lookups of the tier that found nothing (Redis keyspace_misses over all its servers).")
+DATASET_PROGRESS = Gauge("alnair_cache_dataset_progress_ratio",
+                         "Cached bytes over total bytes of each data set (1 once READY).",
+                         ["namespace", "dataset"])
+DATASET_BYTES = Gauge("alnair_cache_dataset_cached_bytes", "Bytes of each data set in the tier.",
+                      ["namespace", "dataset"])

@@ -38,8 +38,9 @@ from ._domain import (
 )
 from ._errors import InvalidRequestError, TierBusyError
 from ._hydration import Hydration
-from ._metrics import EVICTIONS, OUTCOMES
+from ._metrics import DATASET_BYTES, DATASET_PROGRESS, EVICTIONS, OUTCOMES
 from ._settings import CacheHydratorSettings
+from ._tier_stats import TierStats
 
 BUCKET = "cache_datasets"
 ACTIVE = (Phase.PENDING, Phase.HYDRATING)
@@ -69,6 +70,8 @@ class CacheHydratorService(Service):
             if status.phase in ACTIVE:
                 self.log.info("resuming hydration", dataset=key)
                 self._start(status)
+        self.spawn(TierStats(self.tier, self.settings.tier_url).follow(
+            self.settings.cache_stats_interval_seconds), "tier-stats")
         await self.consume(DurableConsumer(
             self.bus, stream="CACHE", durable="cache-hydrator-requests",
             subject=subjects.cache_requests(), message_type=cache_pb2.CacheDatasetRequest,
@@ -243,6 +246,14 @@ class CacheHydratorService(Service):
         message = status.to_proto()
         if status.cached_bytes:  # hot where the tier is local; nowhere while nothing is in
             message.nodes[:] = self.settings.tier_nodes
+        labels = (status.spec.namespace, status.spec.name)
+        if status.phase is Phase.REMOVED:
+            for gauge in (DATASET_PROGRESS, DATASET_BYTES):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*labels)
+        else:
+            DATASET_PROGRESS.labels(*labels).set(status.progress)
+            DATASET_BYTES.labels(*labels).set(status.cached_bytes)
         await self.kv.put(_bucket_key(status.spec.key), message)
         with contextlib.suppress(BusUnavailableError):
             await self.bus.publish(subjects.cache_status(status.spec.key), message)

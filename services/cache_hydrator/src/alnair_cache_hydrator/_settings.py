@@ -23,6 +23,9 @@ class CacheHydratorSettings(ServiceSettings):
     cache_status_interval_seconds: float = Field(0.5, gt=0, le=60,
                                                  description="Least time between progress statuses")
     cache_tier_retry_seconds: float = Field(2.0, gt=0, le=600)
+    cache_stats_interval_seconds: float = Field(
+        15.0, gt=0, le=3600, description="How often the tier's size and hit counters are read "
+                                         "for /metrics")
     cache_hydrate_threads: int = Field(
         4, ge=1, le=64, description="Files of one data set hydrated at once (S3 latency hides "
                                     "behind several requests in flight)")
@@ -41,9 +44,10 @@ class CacheHydratorSettings(ServiceSettings):
     @field_validator("cache_tier_url")
     @classmethod
     def _tier_scheme(cls, value: str) -> str:
-        if value and not value.startswith(("redis://", "rediss://", "redis-cluster://", "dir:///")):
-            raise ValueError(f"{value!r} must start with redis://, rediss://, redis-cluster:// or "
-                             "dir:///")
+        if value and not value.startswith(("redis://", "rediss://", "redis-cluster://",
+                                           "alluxio://", "dir:///")):
+            raise ValueError(f"{value!r} must start with redis://, rediss://, redis-cluster://, "
+                             "alluxio:// or dir:///")
         return value
 
     @property
