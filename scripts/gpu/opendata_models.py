@@ -11,7 +11,6 @@ import contextlib
 import random
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -134,6 +133,8 @@ class _Augmented(torch.utils.data.Dataset):
         return 1 << 30
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        import numpy as np  # only this class needs it
+
         rng = np.random.default_rng(self.seed * 1_000_003 + i)
         pad = self.side + self.side // 4
         img = rng.random((3, pad, pad), dtype=np.float32)

@@ -54,10 +54,6 @@ PROFILE_RETRY_S = 1.5  # the profile is written shortly after the run ends; ask 
 TEARDOWN_S = {False: 30.0, True: 20.0}
 
 
-class Interrupted(Exception):
-    """A signal asked the recording to stop: finished runs stay, the platform is stopped."""
-
-
 @dataclass
 class Active:
     run: Run
@@ -369,27 +365,30 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     return o
 
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise e2e_share.Interrupted(signal.Signals(signum).name)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """A signal stops the recording like the deadline does: finished runs stay, then teardown."""
     o = options(argv)
     rec = Recorder(o)
-
-    def stop(signum: int, _frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
     code = 1
     try:
         code = rec.run()
-    except Interrupted as e:
+    except e2e_share.Interrupted as e:
         rec.note(f"interrupted by {e}: finished runs are kept (--resume records the rest)")
         code = 128 + int(getattr(signal, str(e), signal.SIGTERM))
     except e2e_share.SetupError as e:
         print(f"opendata: error: {e}", file=sys.stderr, flush=True)
         code = 2
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # teardown is not to be cut short
         if not o.list:
             try:
                 rec.demo.teardown()

@@ -144,3 +144,14 @@ def test_update_docs_refuses_the_dry_run() -> None:
     done = subprocess.run([sys.executable, str(ANALYSIS), "--dataset", "sim", "--update-docs"], capture_output=True,
                           text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2 and "never presented as H200 data" in done.stderr
+
+
+def test_convert_takes_a_resumed_copy_once_and_refuses_conflicting_runs(tmp_path: Path) -> None:
+    gpu_shaped_recording(tmp_path / "part1")
+    shutil.copytree(tmp_path / "part1", tmp_path / "part2")  # --resume into a copy: part 1's runs again
+    assert convert([tmp_path / "part1", tmp_path / "part2"], tmp_path / "out" / "x")["runs"] == 12
+    lines = (tmp_path / "part2" / "runs.jsonl").read_text().splitlines()
+    changed = json.loads(lines[0]) | {"exit_code": 1}
+    (tmp_path / "part2" / "runs.jsonl").write_text("\n".join([json.dumps(changed), *lines[1:]]) + "\n")
+    with pytest.raises(RecordingError, match="r001-x-c100.*different results"):
+        convert([tmp_path / "part1", tmp_path / "part2"], tmp_path / "out" / "y")

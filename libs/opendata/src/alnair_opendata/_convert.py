@@ -2,7 +2,8 @@
 
 The recorder (``scripts/gpu/opendata_record.py``) writes ``runs.jsonl`` (one summary row per
 run), ``series/<run_id>.csv.gz`` and ``meta.json`` into its ``--out``; a grid recorded in
-parts is several such directories, converted together. Runs are ordered by id; the series of
+parts is several such directories, converted together (a run found in two of them with the
+same row, as after ``--resume`` into a copy of the first, is taken once). Runs are ordered by id; the series of
 all runs go into one Parquet file (zstd, ``run_id`` dictionary-encoded, units in each
 field's metadata), which is far smaller than one file per run.
 """
@@ -78,8 +79,10 @@ def convert(sources: Path | str | list[Path | str], target: Path | str) -> dict[
     for d in dirs:
         for row in _read_rows(d):
             if row["run_id"] in rows:
-                raise RecordingError(f"run {row['run_id']!r} is in both {rows[row['run_id']][1]} and {d}: "
-                                     "convert each grid part once")
+                if rows[row["run_id"]][0] == row:
+                    continue  # a later part's directory that also holds the earlier one's runs (--resume)
+                raise RecordingError(f"run {row['run_id']!r} is in both {rows[row['run_id']][1]} and {d}, "
+                                     "recorded twice with different results: convert one of them")
             rows[row["run_id"]] = (row, d)
     if not rows:
         raise RecordingError(f"no runs in {', '.join(map(str, dirs))}")
