@@ -108,6 +108,10 @@ def test_rbac_grants_each_service_what_it_uses_and_nothing_more(kube: KubeNamesp
                                ("watch", "podgroups.alnair.centaurus.io"),
                                ("patch", "podgroups.alnair.centaurus.io/status")):
             assert can(bridge, verb, resource, all_namespaces=True), f"kube-bridge cannot {verb} {resource}"
+        for verb, resource in (("watch", "datasets.alnair.centaurus.io"), ("patch", "datasets.alnair.centaurus.io"),
+                               ("patch", "datasets.alnair.centaurus.io/status")):
+            assert can(bridge, verb, resource, all_namespaces=True), f"kube-bridge cannot {verb} {resource}"
+        assert not can(bridge, "create", "datasets.alnair.centaurus.io", all_namespaces=True)
         for verb, resource in (("get", "secrets"), ("create", "pods"), ("delete", "pods"), ("delete", "nodes")):
             assert not can(bridge, verb, resource, all_namespaces=True), f"kube-bridge may {verb} {resource}"
         for agent in ("alnair-device-plugin", "alnair-exporter"):
@@ -157,20 +161,11 @@ def invalid_examples(kind: str) -> list[tuple[str, dict[str, Any]]]:
     return cases
 
 
-@pytest.mark.parametrize("expect,doc", invalid_examples("podgroup"),
-                         ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
-def test_invalid_podgroup_is_refused_by_the_schema(kube: KubeNamespace, expect: str, doc: dict[str, Any]) -> None:
+@pytest.mark.parametrize("expect,doc", invalid_examples("podgroup") + invalid_examples("dataset"),
+                         ids=lambda v: v if isinstance(v, str) else f"{v['kind']}-{v['metadata']['name']}")
+def test_invalid_example_is_refused_by_the_schema(kube: KubeNamespace, expect: str, doc: dict[str, Any]) -> None:
     done = kubectl_apply(kube, [doc])
-    assert done.returncode != 0, f"PodGroup {doc['metadata']['name']} was accepted: {done.stdout}"
-    assert expect in done.stderr, f"the refusal does not name {expect}: {done.stderr}"
-    listed = kube.kubectl("get", "podgroups", "-o", "name")
-    assert doc["metadata"]["name"] not in listed
-
-
-@pytest.mark.parametrize("expect,doc", invalid_examples("dataset"),
-                         ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
-def test_invalid_dataset_is_refused_by_the_schema(kube: KubeNamespace, expect: str, doc: dict[str, Any]) -> None:
-    done = kubectl_apply(kube, [doc])
-    assert done.returncode != 0, f"Dataset {doc['metadata']['name']} was accepted: {done.stdout}"
+    assert done.returncode != 0, f"{doc['kind']} {doc['metadata']['name']} was accepted: {done.stdout}"
     assert expect in done.stderr, f"the refusal does not say {expect!r}: {done.stderr}"
-    assert doc["metadata"]["name"] not in kube.kubectl("get", "datasets", "-o", "name")
+    listed = kube.kubectl("get", doc["kind"].lower() + "s", "-o", "name")
+    assert doc["metadata"]["name"] not in listed

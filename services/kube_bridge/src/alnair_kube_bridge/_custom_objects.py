@@ -18,6 +18,12 @@ from ._kube_errors import MERGE_PATCH, api_json
 Obj = dict[str, Any]
 
 
+def object_key(obj: Obj) -> tuple[str, str]:
+    """(namespace, name) of an object as the watch delivers it."""
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "default", meta.get("name") or ""
+
+
 class CustomObjects:
     def __init__(self, api_client: k8s.ApiClient, group: str, version: str, plural: str,
                  kind: str, namespace: str = "") -> None:

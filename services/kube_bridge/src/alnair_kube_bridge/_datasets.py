@@ -38,6 +38,7 @@ from alnair_common.dataset_refs import DatasetRefError, check_name
 
 from . import _dataset_status as st
 from ._custom_objects import CustomObjects
+from ._custom_objects import object_key as dataset_key
 from ._dataset_crd import GROUP, KIND, PLURAL, VERSION
 from ._dataset_pods import readers
 from ._kube_errors import api_json
@@ -48,11 +49,6 @@ FINALIZER = f"{GROUP}/dataset"
 CLOCK_SKEW = timedelta(seconds=2)
 log = get_logger("alnair.kube-bridge.datasets")
 Obj = dict[str, Any]
-
-
-def dataset_key(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "default", meta.get("name") or ""
 
 
 def dataset_spec(obj: Obj) -> cache_pb2.CacheDatasetSpec:

@@ -16,17 +16,14 @@ from typing import Any
 from alnair.v1 import common_pb2, job_pb2
 from alnair_common import PermanentError
 
+from ._custom_objects import object_key as job_key
+
 GROUP, VERSION, PLURAL, KIND = "alnair.centaurus.io", "v1", "trainingjobs", "TrainingJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 LAUNCHERS = {"torch-elastic": job_pb2.LAUNCHER_TORCH_ELASTIC, "torch": job_pb2.LAUNCHER_TORCH}
 # The controller's restart policy when a file sets only part of it (alnair_elastic_job).
 DEFAULT_MAX_RESTARTS, DEFAULT_BACKOFF_SECONDS, DEFAULT_MAX_BACKOFF_SECONDS = 3, 10.0, 300.0
 Obj = dict[str, Any]
-
-
-def job_key(obj: Obj) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "default", meta.get("name") or ""
 
 
 def job_spec(obj: Obj) -> job_pb2.JobSpec:
