@@ -124,8 +124,8 @@ def main() -> None:
                 "Redis on the same node (loopback TCP)": redis.url,
             } | {f"Redis on another node (+{rtt:g} ms RTT, {args.gbps:g} Gbit/s hop)":
                  f"redis://127.0.0.1:{proxy.port}/0" for rtt, proxy in zip(args.rtt_ms, proxies, strict=True)}
-            print(f"| data set | tier the pod reads | first epoch (s) | MB/s | files/s | vs local |\n"
-                  f"|---|---|---|---|---|---|")
+            print("| data set | tier the pod reads | first epoch (s) | MB/s | files/s | vs local |\n"
+                  "|---|---|---|---|---|---|")
             for title, files in sets.items():
                 name = "bench" + str(len(files))
                 root = work / "src" / name
@@ -135,7 +135,7 @@ def main() -> None:
                 for url in (f"dir://{work}/tier", redis.url):  # the proxy reaches the same Redis
                     hydrate(open_tier(url, budget_bytes=1 << 40, prefix="b"), name, root)
                 readers: dict[str, Callable[[], DatasetReader]] = {
-                    label: (lambda url=url: DatasetReader(name, tier_url=url, prefix="b",
+                    label: (lambda url=url, name=name: DatasetReader(name, tier_url=url, prefix="b",
                                                           threads=args.threads, write_back=False))
                     for label, url in tiers.items()}
                 times: dict[str, list[float]] = {label: [] for label in tiers}
