@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from urllib.parse import unquote
 
-from alnair_dataset import DirectoryTier, RedisTier
+from alnair_dataset import AlluxioTier, DirectoryTier, RedisTier
 
 MIB = 1 << 20
 
@@ -31,8 +31,29 @@ def upload(s3, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
         s3.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
 
 
-def stored_chunks(tier: RedisTier | DirectoryTier) -> dict[str, set[str]]:
+Tier = RedisTier | DirectoryTier | AlluxioTier
+
+
+def reopened(tier: Tier) -> Tier:
+    """The same tier as a restarted process would open it (its connection reused)."""
+    if isinstance(tier, RedisTier):
+        return RedisTier(tier.client, budget_bytes=tier.budget_bytes, prefix=tier.prefix)
+    if isinstance(tier, AlluxioTier):
+        return AlluxioTier(tier.rest, root=tier.root, budget_bytes=tier.budget_bytes)
+    return DirectoryTier(tier.root, budget_bytes=tier.budget_bytes)
+
+
+def _alluxio_names(tier: AlluxioTier, directory: str) -> dict[str, int]:
+    """Name -> length of the entries of ``directory`` (the tier's own ``+`` names left out)."""
+    return {e["name"]: e["length"] for e in tier.rest.list(f"{tier.root}/{directory}")
+            if not e["name"].startswith("+")}
+
+
+def stored_chunks(tier: Tier) -> dict[str, set[str]]:
     """Every chunk id in the tier and the data sets referencing it, read key by key."""
+    if isinstance(tier, AlluxioTier):
+        return {cid: {unquote(r) for r in _alluxio_names(tier, f"refs/{cid}")}
+                for cid in _alluxio_names(tier, "chunks")}
     if isinstance(tier, DirectoryTier):
         out = {c.name: set() for c in (tier.root / "chunks").glob("*/*")}
         for ref in (tier.root / "refs").glob("*/*/*"):
@@ -47,9 +68,18 @@ def stored_chunks(tier: RedisTier | DirectoryTier) -> dict[str, set[str]]:
     return out
 
 
-def assert_consistent(tier: RedisTier | DirectoryTier) -> None:
+def assert_consistent(tier: Tier) -> None:
     """Usage equals what is stored; no chunk without referrers; every manifest chunk stored."""
     chunks = stored_chunks(tier)
+    if isinstance(tier, AlluxioTier):
+        sizes = _alluxio_names(tier, "chunks")
+        assert tier.usage().stored_bytes == sum(sizes.values())
+        assert tier.usage().chunks == len(chunks)
+        assert all(refs for refs in chunks.values()), "a stored chunk nobody references"
+        for cid in chunks:
+            data = tier.rest.read(f"{tier.root}/chunks/{cid}")
+            assert len(data) == sizes[cid] and hashlib.sha256(data).hexdigest() == cid
+        return
     if isinstance(tier, DirectoryTier):
         sizes = {cid: (tier.root / "chunks" / cid[:2] / cid).stat().st_size for cid in chunks}
         assert tier.usage().stored_bytes == sum(sizes.values())
@@ -68,7 +98,7 @@ def assert_consistent(tier: RedisTier | DirectoryTier) -> None:
         assert len(data) == data_len and hashlib.sha256(data).hexdigest() == cid
 
 
-def hydrate_directly(tier: RedisTier, name: str, uri: str, *, only: int | None = None,
+def hydrate_directly(tier: Tier, name: str, uri: str, *, only: int | None = None,
                      phase: str = "ready", budget: int = 1 << 40) -> None:
     """Put a data set (or its first ``only`` files) in the tier as the hydrator would."""
     from alnair_dataset import Budget, open_source, store_file

@@ -1,6 +1,6 @@
-"""The data client against real redis-server, Redis Cluster and versitygw: every byte read
-equals the source's, whether the data set is cached, half-cached, not cached, or its tier
-dies while it is read."""
+"""The data client against real redis-server, Redis Cluster, Alluxio 2.9 and versitygw: every
+byte read equals the source's, whether the data set is cached, half-cached, not cached, or
+its tier dies while it is read."""
 
 from __future__ import annotations
 
@@ -18,10 +18,22 @@ def tier_of(url: str):
     return open_tier(url, budget_bytes=1 << 40, prefix="t")
 
 
-@pytest.fixture(params=["redis", "directory"])
-def any_url(request, redis_node, tmp_path):
-    """A redis-server or the local-mode directory tier: readers treat both alike."""
-    return redis_node().url if request.param == "redis" else f"dir://{tmp_path}/tier"
+@pytest.fixture(params=["redis", "directory", "alluxio"])
+def any_url(request, tmp_path):
+    """A redis-server, the local-mode directory tier or Alluxio: readers treat all alike."""
+    if request.param == "directory":
+        return f"dir://{tmp_path}/tier"
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
+
+
+@pytest.fixture(params=["redis", "alluxio"])
+def server_url(request):
+    """A tier on a server, Redis or Alluxio (what a pod reads through in a cluster)."""
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
 
 
 @pytest.fixture
@@ -104,20 +116,20 @@ def test_losing_one_server_of_a_cluster_loses_only_its_chunks(redis_cluster, dat
             assert reader.read(path) == files[path]
 
 
-def test_s3_misses_are_read_from_the_bucket(redis_node, s3_server, tmp_path):
+def test_s3_misses_are_read_from_the_bucket(server_url, s3_server, tmp_path):
     files = write_dataset(tmp_path / "gen", files=3, size=MIB + 1)
     bucket = s3_server.make_bucket()
     upload(s3_server.client(), bucket, "p", files)
-    url = redis_node().url
+    url = server_url
     with DatasetReader("s3ds", tier_url=url, prefix="t", source=f"s3://{bucket}/p",
                        s3_options=s3_server.client_options()) as reader:
         assert {p: reader.read(p) for p in reader.files()} == files
         assert reader.stats.source_bytes == sum(map(len, files.values()))
 
 
-def test_fsspec_and_map_style_samples_read_the_same_bytes(redis_node, data):
+def test_fsspec_and_map_style_samples_read_the_same_bytes(server_url, data):
     root, files = data
-    url = redis_node().url
+    url = server_url
     hydrate_directly(tier_of(url), "ds", f"file://{root}", only=12, phase="hydrating")
     fs = fsspec.filesystem("alnair", dataset="ds", tier_url=url, prefix="t")
     assert fs.ls("", detail=False) == ["empty.bin", "small", "train"]

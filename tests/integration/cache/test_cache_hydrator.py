@@ -1,4 +1,5 @@
-"""The cache hydrator against real servers: nats-server, redis-server, versitygw (S3)."""
+"""The cache hydrator against real servers: nats-server, redis-server, Alluxio 2.9, versitygw
+(S3)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,30 @@ from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings,
 from prometheus_client import generate_latest
 
 from alnair_common.testing import wait_for
-from alnair_dataset import DatasetReader, RedisTier, connect
+from alnair_dataset import DatasetReader, open_tier
 
 
-@pytest.fixture
-def tier_url(redis_node):
-    return redis_node().url
+@pytest.fixture(params=["redis", "alluxio"])
+def tier_url(request):
+    """A redis-server or Alluxio: the hydrator treats both alike."""
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
 
 
-@pytest.fixture(params=["single", "cluster"])
-def any_tier_url(request, redis_node, redis_cluster):
-    """One redis-server, or a Redis Cluster of three (the hydrator is given its seed URL)."""
-    return redis_node().url if request.param == "single" else redis_cluster(masters=3).url
+@pytest.fixture(params=["single", "cluster", "alluxio"])
+def any_tier_url(request):
+    """One redis-server, a Redis Cluster of three (the hydrator is given its seed URL), or
+    Alluxio's proxy."""
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    if request.param == "cluster":
+        return request.getfixturevalue("redis_cluster")(masters=3).url
+    return request.getfixturevalue("redis_node")().url
 
 
-def tier_of(url: str) -> RedisTier:
-    return RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+def tier_of(url: str):
+    return open_tier(url, budget_bytes=1 << 40, prefix="t")
 
 
 async def test_two_users_adding_the_same_s3_data_set_store_it_once(

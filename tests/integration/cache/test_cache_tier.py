@@ -1,33 +1,41 @@
-"""The Redis tier against real redis-server, one server and a 3-server Redis Cluster."""
+"""Every tier against its real server: redis-server, a 3-server Redis Cluster, the local
+directory, and Alluxio 2.9 (master + worker + proxy); the same tests for each."""
 
 from __future__ import annotations
 
 import pytest
-from cache_support import MIB, assert_consistent, stored_chunks, write_dataset
+from cache_support import MIB, assert_consistent, reopened, stored_chunks, write_dataset
 
 from alnair_dataset import (
     Budget,
     CapacityError,
-    DirectoryTier,
-    RedisTier,
     SourceChangedError,
-    connect,
     open_source,
     open_tier,
     store_file,
 )
 
 
-@pytest.fixture(params=["single", "cluster", "directory"])
-def tier(request, redis_node, redis_cluster, tmp_path):
+@pytest.fixture(params=["single", "cluster", "directory", "alluxio"])
+def tier(request, tmp_path):
     if request.param == "directory":
-        t = open_tier(f"dir://{tmp_path}/tier", budget_bytes=256 * MIB, prefix="t")
-        yield t
-        return
-    url = redis_node().url if request.param == "single" else redis_cluster(masters=3).url
-    t = RedisTier(connect(url), budget_bytes=256 * MIB, prefix="t")
+        url = f"dir://{tmp_path}/tier"
+    elif request.param == "alluxio":
+        url = request.getfixturevalue("alluxio")
+    else:
+        servers = request.getfixturevalue("redis_node" if request.param == "single" else "redis_cluster")
+        url = servers().url if request.param == "single" else servers(masters=3).url
+    t = open_tier(url, budget_bytes=256 * MIB, prefix="t")
     yield t
     t.close()
+
+
+@pytest.fixture(params=["redis", "alluxio"])
+def server_url(request):
+    """One server of each kind a tier can live on (the tests of one tier's behaviour)."""
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
 
 
 def hydrate(tier, dataset, source):
@@ -84,8 +92,7 @@ def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path
     assert set(tier.manifest("ds")) == {listing[0].path}  # the half-done file is not listed
     assert_consistent(tier)
 
-    again = (RedisTier(tier.client, budget_bytes=tier.budget_bytes, prefix="t")  # "restarted"
-             if isinstance(tier, RedisTier) else DirectoryTier(tier.root, budget_bytes=tier.budget_bytes))
+    again = reopened(tier)  # as a restarted hydrator finds it
     for f in listing:
         store_file(again, "ds", source, f, Budget(again))
     for f in listing:  # and once more, as a redelivered request would
@@ -98,18 +105,18 @@ def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path
     assert again.usage().chunks == 0
 
 
-def test_a_data_set_over_the_budget_is_refused_with_numbers(redis_node, tmp_path):
-    tier = RedisTier(connect(redis_node().url), budget_bytes=3 * MIB, prefix="t")
+def test_a_data_set_over_the_budget_is_refused_with_numbers(server_url, tmp_path):
+    tier = open_tier(server_url, budget_bytes=3 * MIB, prefix="t")
     write_dataset(tmp_path / "src", files=3)
     source = open_source(f"file://{tmp_path}/src")
-    with pytest.raises(CapacityError, match=r"needs .* MiB more, .* MiB free in tier redis"):
+    with pytest.raises(CapacityError, match=rf"needs .* MiB more, .* MiB free in tier {tier.name}"):
         hydrate(tier, "big", source)
     assert tier.usage().stored_bytes <= 3 * MIB
     assert_consistent(tier)
 
 
-def test_a_file_changed_while_read_is_not_listed(redis_node, tmp_path):
-    tier = RedisTier(connect(redis_node().url), budget_bytes=64 * MIB, prefix="t")
+def test_a_file_changed_while_read_is_not_listed(server_url, tmp_path):
+    tier = open_tier(server_url, budget_bytes=64 * MIB, prefix="t")
     write_dataset(tmp_path / "src", files=1)
     source = open_source(f"file://{tmp_path}/src")
     (listed,) = source.list()

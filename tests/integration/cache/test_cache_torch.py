@@ -10,18 +10,25 @@ import pytest
 import torch
 from cache_support import hydrate_directly, write_dataset
 
-from alnair_dataset import CachedSamples, RedisTier, connect, loader_options
+from alnair_dataset import CachedSamples, loader_options, open_tier
 
 
 def as_tensor(data: bytes):
     return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0)
 
 
+@pytest.fixture(params=["redis", "alluxio"])
+def tier_url(request):
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
+
+
 @pytest.mark.parametrize("state", ["cached", "half", "not-cached"])
-def test_a_dataloader_reads_every_sample_equal_to_the_source(redis_node, tmp_path, state):
+def test_a_dataloader_reads_every_sample_equal_to_the_source(tier_url, tmp_path, state):
     files = write_dataset(tmp_path / "src", files=12, size=300_000)
-    url = redis_node().url
-    tier = RedisTier(connect(url), budget_bytes=1 << 40, prefix="t")
+    url = tier_url
+    tier = open_tier(url, budget_bytes=1 << 40, prefix="t")
     only = {"cached": None, "half": 6, "not-cached": 0}[state]
     hydrate_directly(tier, "ds", f"file://{tmp_path}/src", only=only,
                      phase="ready" if state == "cached" else "hydrating")

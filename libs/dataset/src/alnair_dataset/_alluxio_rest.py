@@ -118,6 +118,11 @@ class AlluxioRest:
         finally:
             self._post(f"{streams}/close", f"closing {path}")
 
+    def mkdirs(self, path: str) -> None:
+        """Make directory ``path`` and its parents; nothing if it exists (one call)."""
+        self.call(path, "create-directory", {"recursive": True, "allowExists": True,
+                                             "writeType": self.write_type})
+
     def read(self, path: str) -> bytes:
         """The bytes of ``path``; NotFound if absent."""
         stream = int(self.call(path, "open-file").text)

@@ -11,10 +11,10 @@ into one path component, which never starts with ``+``, so ``+``-names are the t
   mid-chunk leaves only a ``+tmp+`` file (swept by :meth:`AlluxioTier.release` after an hour).
   Usage is the sum of the chunk files' lengths, listed: exact by construction, no counter
   to keep in step.
-* ``R/refs/<id>/q(dataset)`` one empty file per referencing data set (creating it twice is
-  creating it once).
-* ``R/datasets/q(dataset)/``: ``journal/<id>`` (written *before* the reference, as in every
-  tier), ``files/q(path)`` one manifest entry each, ``meta.json``, ``last_read``,
+* ``R/refs/<id>/q(dataset)`` one empty directory per referencing data set (making it twice
+  is making it once, in one call: a directory is the cheapest marker the REST API makes).
+* ``R/datasets/q(dataset)/``: ``journal/<id>`` markers (made *before* the reference, as in
+  every tier), ``files/q(path)`` one manifest entry each, ``meta.json``, ``last_read``,
   ``readers/q(reader)`` leases. Files with content are written to a ``+tmp+`` name in
   their directory and renamed over the old one, so a reader sees the old or the new
   entry, never a partial one.
@@ -119,11 +119,8 @@ class AlluxioTier:
     # -- primitives -------------------------------------------------------------------------
 
     def _mark(self, path: str) -> None:
-        """Create the empty file ``path`` unless it exists (a set add)."""
-        try:
-            self.rest.write_new(path, b"")
-        except Exists:
-            pass
+        """Add ``path`` to the set its directory is (an empty directory: idempotent)."""
+        self.rest.mkdirs(path)
 
     def _put(self, path: str, data: bytes) -> None:
         """Replace ``path``'s content: written aside, renamed into place."""
