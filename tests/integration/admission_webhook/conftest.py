@@ -14,7 +14,7 @@ import json
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,13 @@ class Webhook:
     configuration: str
     workdir: Path
     running: list[tuple[AdmissionWebhookService, asyncio.Task[None]]]
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def settings(self) -> AdmissionWebhookSettings:
-        return AdmissionWebhookSettings(
+        return AdmissionWebhookSettings(**{**self.base_settings(), **self.overrides})
+
+    def base_settings(self) -> dict[str, Any]:
+        return dict(
             nats_url=self.nats.server.url,
             nats_credentials=self.nats.credentials.seed_file("admission-webhook"),
             kubeconfig=self.kube.kubeconfig, node_name="test", data_dir=self.workdir,

@@ -1,0 +1,90 @@
+"""The environment the webhook gives a pod is enough for unchanged code to read through the
+cache: the container's env, taken from the pod the real API server stored, handed to
+``DatasetReader()`` (no arguments) against a real redis-server tier."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import Webhook, pod_manifest, put_status
+
+from alnair_common.annotations import DATASET, SEED_CACHE_DATASET
+from alnair_common.dataset_refs import host_path_name
+from alnair_common.testing.redis import RedisDatabase
+from alnair_dataset import Budget, DatasetReader, open_source, open_tier, store_file
+
+FILES = {f"part-{i}.bin": os.urandom(3000 + i) for i in range(4)}
+
+
+def write_source(root: Path) -> None:
+    root.mkdir(parents=True)
+    for name, data in FILES.items():
+        (root / name).write_bytes(data)
+
+
+def hydrate(url: str, prefix: str, key: str, uri: str, files: int) -> None:
+    """The first ``files`` files in the tier as the hydrator stores them (key ``ns.name``)."""
+    tier = open_tier(url, prefix=prefix, budget_bytes=1 << 30)
+    source = open_source(uri)
+    tier.set_meta(key, {"source": uri, "include": "[]", "exclude": "[]", "phase": "hydrating",
+                        "budget_bytes": str(1 << 30)})
+    for f in source.list()[:files]:
+        store_file(tier, key, source, f, Budget(tier))
+    tier.close()
+
+
+def container_env(pod: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("ALNAIR_")]:
+        monkeypatch.delenv(key)
+    for var in pod["spec"]["containers"][0]["env"]:
+        monkeypatch.setenv(var["name"], var["value"])
+
+
+def read_all(reader: DatasetReader) -> dict[str, bytes]:
+    return {path: reader.read(path) for path in reader.files()}
+
+
+async def test_an_alnair_annotated_pod_reads_hits_from_the_tier_and_misses_from_the_source(
+        webhook: Webhook, redis: RedisDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ns = webhook.kube.namespace
+    write_source(tmp_path / "shared" / "imagenet")
+    uri = f"file://{tmp_path / 'shared' / 'imagenet'}"
+    hydrate(redis.url, redis.prefix, f"{ns}.imagenet", uri, files=2)
+    await put_status(webhook.nats, ns, "imagenet", uri)
+    webhook.overrides = {"pod_tier_url": redis.url, "pod_cache_prefix": redis.prefix}
+    await webhook.start()
+    pod, _ = await webhook.create_pod(pod_manifest("reader", {DATASET: "imagenet"}))
+    container_env(pod, monkeypatch)
+    with DatasetReader(write_back=False) as reader:
+        assert read_all(reader) == FILES
+        assert (reader.stats.hits, reader.stats.misses) == (2, 2)
+
+
+async def test_a_seed_pod_reads_misses_where_its_container_mounts_the_host_path(
+        webhook: Webhook, redis: RedisDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hydrator read the node's path; the container sees the same files at its
+    mountPath (a copy with the same sizes and mtimes stands in for the bind mount, which
+    needs privileges this machine does not give). The node's path is gone for the reader."""
+    ns = webhook.kube.namespace
+    node, mounted = tmp_path / "node" / "mnt" / "images", tmp_path / "container" / "data"
+    write_source(node)
+    name = host_path_name(str(node))
+    hydrate(redis.url, redis.prefix, f"{ns}.{name}", f"file://{node}", files=1)
+    mounted.parent.mkdir(parents=True)
+    shutil.copytree(node, mounted, copy_function=shutil.copy2)
+    shutil.rmtree(node)
+    webhook.overrides = {"pod_tier_url": redis.url, "pod_cache_prefix": redis.prefix}
+    await webhook.start()
+    pod, _ = await webhook.create_pod(pod_manifest(
+        "seed-reader", {SEED_CACHE_DATASET: "yes"},
+        volumes=[{"name": "images", "hostPath": {"path": str(node)}}],
+        containers=[{"name": "train", "image": "trainer:1",
+                     "volumeMounts": [{"name": "images", "mountPath": str(mounted)}]}]))
+    container_env(pod, monkeypatch)
+    with DatasetReader(write_back=False) as reader:
+        assert reader.name == name and reader.key == f"{ns}.{name}"
+        assert read_all(reader) == FILES
+        assert (reader.stats.hits, reader.stats.misses) == (1, 3)
