@@ -84,3 +84,17 @@ def test_sim_recording_alone_and_shared_then_resume_and_convert(tmp_path: Path) 
     s = load_series("r004-pinf-c100", "dry", published)
     assert s.column_names == ["run_id", *SERIES_NAMES] and s.num_rows == runs["samples"].to_pylist()[1]
     assert [c.name for c in LABELS][:3] == ["run_id", "part", "workload"]
+
+
+@pytest.mark.timeout(300)
+def test_deadline_stops_cleanly_keeping_every_finished_run(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    done = record(out, "--deadline", "75")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rows(out)
+    assert 1 <= len(got) < 10  # the tiny grid is 10 runs: not all fit in 75 s
+    for run_id in got:
+        assert (out / "series" / f"{run_id}.csv.gz").is_file()
+    meta = json.loads((out / "meta.json").read_text())
+    assert any("deadline" in n and "--resume" in n for n in meta["notes"]), meta["notes"]
+    assert meta["teardown"]["clean"] is True and meta["elapsed_s"] < 75 + 60
