@@ -58,9 +58,11 @@ SIZES = [1, 2, 4, 8, 10, 16, 20, 24, 40]
 COMPUTE = [5, 10, 20, 25, 30, 50]
 
 
-def pod(name: str, scheduler: str, memory: int, compute: int) -> dict[str, Any]:
+def pod(name: str, scheduler: str, memory: int, compute: int,
+        annotations: dict[str, str] | None = None) -> dict[str, Any]:
     limits = {"alnair/vgpu-memory": str(memory), "alnair/vgpu-compute": str(compute)}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"schedulerName": scheduler,
                      # kwok nodes start tainted not-ready; both schedulers get the same pods.
                      "tolerations": [{"operator": "Exists"}],
@@ -199,7 +201,8 @@ def stages(times: dict[str, dict[str, float]], sent: dict[str, float],
 
 def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list[tuple[int, int]],
               timeout: float, nats_url: str = "", rate: float = 0.0,
-              trace: Path | None = None) -> dict[str, Any]:
+              trace: Path | None = None,
+              annotations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     core = k8s.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     bound = BoundWatch(api, namespace)
@@ -211,8 +214,8 @@ def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list
         if rate:
             time.sleep(max(0.0, start + i / rate - time.time()))
         sent[name] = time.time()
-        response = core.create_namespaced_pod(namespace, pod(name, scheduler, *requests[i]),
-                                              _preload_content=False)
+        manifest = pod(name, scheduler, *requests[i], annotations[i] if annotations else None)
+        response = core.create_namespaced_pod(namespace, manifest, _preload_content=False)
         response.drain_conn()  # read to the end, or the pooled connection is spoilt
         response.release_conn()
 
@@ -250,6 +253,58 @@ def run_batch(api: k8s.ApiClient, namespace: str, scheduler: str, requests: list
             "cpu_seconds": cpu, **extra}
 
 
+def gpu_nodes(plane: Any, work: Path, procs: list[Any], nodes: int, gpus: int,
+              memory_gib: int) -> tuple[k8s.ApiClient, list[str]]:
+    """kwok (appended to ``procs``) and ``nodes`` Ready GPU nodes on ``plane``; their names."""
+    plane.apply_crd_files(project_crd_files(REPO))
+    procs.append(start_kwok(plane, work / "kwok"))
+    api = plane.api_client()
+    core = k8s.CoreV1Api(api)
+    names = [f"gpu-{i:04d}" for i in range(nodes)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: core.create_node(
+            gpu_node_manifest(n, gpus=gpus, gpu_memory_gib=memory_gib)), names))
+    while sum(1 for n in core.list_node().items if any(
+            c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))) < nodes:
+        time.sleep(0.5)
+    return api, names
+
+
+def service_env(nats_url: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "ALNAIR_NATS_URL": nats_url, "ALNAIR_LOG_LEVEL": "warning",
+            "ALNAIR_LOG_FORMAT": "json", "ALNAIR_NODE_NAME": "bench", **extra}
+
+
+def start_bridge(env: dict[str, str], kubeconfig: Path, namespace: str, work: Path) -> ServerProcess:
+    return ServerProcess("kube-bridge", [sys.executable, "-m", "alnair_kube_bridge"],
+                         work / f"bridge-{namespace or 'all'}.log",
+                         env={**env, "ALNAIR_KUBECONFIG": str(kubeconfig),
+                              "ALNAIR_WATCH_NAMESPACE": namespace,
+                              "ALNAIR_DATA_DIR": str(work / f"bridge-{namespace or 'all'}")})
+
+
+def publish_inventories(nats_url: str, names: list[str], gpus: int, memory_gib: int) -> None:
+    """Each node's NodeInventory, in its bucket and on its subject, as the device plugin does."""
+    import asyncio
+
+    from alnair_common import Bus, TypedKV, ensure_streams, subjects
+
+    async def inventories() -> None:
+        bus = await Bus.connect(nats_url, service="bench")
+        await ensure_streams(bus)
+        kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+        for n in names:
+            inv = inventory_pb2.NodeInventory(node=n, gpus=[inventory_pb2.Gpu(
+                uuid=f"GPU-{n}-{i}", index=i, memory_bytes=memory_gib * GIB,
+                health=inventory_pb2.GPU_HEALTH_HEALTHY, vgpu_memory_gib=memory_gib,
+                vgpu_compute_percent=100) for i in range(gpus)])
+            await kv.put(n, inv)
+            await bus.publish(subjects.node_inventory(n), inv)
+        await bus.drain()
+
+    asyncio.run(inventories())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=100)
@@ -275,53 +330,20 @@ def main() -> None:
     t0 = time.time()
     plane = start_kube_plane(testbin, work / "plane")
     try:
-        plane.apply_crd_files(project_crd_files(REPO))
-        kwok = start_kwok(plane, work / "kwok")
-        procs.append(kwok)
-        api = plane.api_client()
-        core = k8s.CoreV1Api(api)
-        names = [f"gpu-{i:04d}" for i in range(args.nodes)]
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: core.create_node(
-                gpu_node_manifest(n, gpus=args.gpus, gpu_memory_gib=args.memory_gib)), names))
-        while sum(1 for n in core.list_node().items if any(
-                c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))) < args.nodes:
-            time.sleep(0.5)
+        api, names = gpu_nodes(plane, work, procs, args.nodes, args.gpus, args.memory_gib)
         setup = {"plane_and_nodes_seconds": round(time.time() - t0, 1)}
 
         nats = NatsServer(store_dir=work / "js", port=free_port())
         nats.start()
         procs.append(nats)
-        env = {**os.environ, "ALNAIR_NATS_URL": nats.url, "ALNAIR_LOG_LEVEL": "warning",
-               "ALNAIR_LOG_FORMAT": "json", "ALNAIR_NODE_NAME": "bench"}
-        py = sys.executable
+        env = service_env(nats.url)
         kubeconfig = plane.write_kubeconfig(work / "kubeconfig")
-        bridge = ServerProcess("kube-bridge", [py, "-m", "alnair_kube_bridge"], work / "bridge.log",
-                               env={**env, "ALNAIR_KUBECONFIG": str(kubeconfig),
-                                    "ALNAIR_WATCH_NAMESPACE": "bench-alnair",
-                                    "ALNAIR_DATA_DIR": str(work / "bridge")})
+        bridge = start_bridge(env, kubeconfig, "bench-alnair", work)
         procs.append(bridge)
-        sched = ServerProcess("scheduler", [py, "-m", "alnair_scheduler"], work / "scheduler.log",
-                              env=env)
+        sched = ServerProcess("scheduler", [sys.executable, "-m", "alnair_scheduler"],
+                              work / "scheduler.log", env=env)
         procs.append(sched)
-        import asyncio
-
-        from alnair_common import Bus, TypedKV, ensure_streams, subjects
-
-        async def inventories() -> None:
-            bus = await Bus.connect(nats.url, service="bench")
-            await ensure_streams(bus)
-            kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
-            for n in names:
-                inv = inventory_pb2.NodeInventory(node=n, gpus=[inventory_pb2.Gpu(
-                    uuid=f"GPU-{n}-{i}", index=i, memory_bytes=args.memory_gib * GIB,
-                    health=inventory_pb2.GPU_HEALTH_HEALTHY, vgpu_memory_gib=args.memory_gib,
-                    vgpu_compute_percent=100) for i in range(args.gpus)])
-                await kv.put(n, inv)
-                await bus.publish(subjects.node_inventory(n), inv)
-            await bus.drain()
-
-        asyncio.run(inventories())
+        publish_inventories(nats.url, names, args.gpus, args.memory_gib)
         time.sleep(3)  # both services connected and replayed (their logs say so)
         spies = [subprocess.Popen([str(args.py_spy), "record", "--nonblocking",
                                    "--format", "raw", "--rate", "100", "-p", str(p.pid),
