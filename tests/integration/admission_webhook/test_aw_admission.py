@@ -160,3 +160,20 @@ async def _event(webhook: Webhook, pod: str) -> k8s.CoreV1Event | None:
 
 def _secret(webhook: Webhook) -> dict[str, str]:
     return webhook.kube.core.read_namespaced_secret(SECRET, webhook.kube.namespace).data
+
+
+async def test_a_generated_pods_event_goes_on_its_controlling_owner(webhook: Webhook) -> None:
+    """A ReplicaSet's pod has no name at mutating admission (generateName is resolved
+    after it): its Event is recorded on the ReplicaSet, where `kubectl describe` shows it."""
+    await webhook.start()
+    manifest = pod_manifest("unused", {DATASET: "no-such-set"})
+    del manifest["metadata"]["name"]
+    manifest["metadata"]["generateName"] = "train-7d9f-"
+    manifest["metadata"]["ownerReferences"] = [{
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "train-7d9f", "controller": True,
+        "uid": "0b6f2b1e-5a86-4d47-9d55-3c1d7c1b2a10"}]
+    await webhook.create_pod(manifest)
+    event = await wait_for(lambda: _event(webhook, "train-7d9f"), timeout=15, what="an Event on the ReplicaSet")
+    assert (event.involved_object.kind, event.involved_object.uid) == (
+        "ReplicaSet", "0b6f2b1e-5a86-4d47-9d55-3c1d7c1b2a10")
+    assert event.message.startswith("pod train-7d9f-…: ") and "no-such-set" in event.message

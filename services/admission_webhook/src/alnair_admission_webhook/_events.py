@@ -1,9 +1,13 @@
 """Warning Events on the pods the webhook could not fully switch to the cache.
 
-At admission the pod is not stored yet: the Event names it by namespace, name (for a pod
-made from ``generateName`` the name the API server already gave it, when the review carries
-it) and, when present, uid. Sending is best effort and off the admission's path: a failure
-is logged, never turned into a denied or slowed pod.
+At admission the pod is not stored yet and, when it is made from ``generateName`` (every pod
+of a Deployment, Job or StatefulSet's ReplicaSet…), it has no name yet either: the API server
+generates it after mutating admission. Such a pod's Event goes on its controlling owner
+(``kubectl describe replicaset/job …`` shows it), its message naming the pod's prefix. A pod
+with neither name nor owner gets an Event named after its prefix, which ``kubectl describe
+pod`` cannot find: the response's ``warnings`` (printed by kubectl) are then what the user
+sees. Sending is best effort and off the admission's path: a failure is logged, never turned
+into a denied or slowed pod.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ class PodEvents:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
         if meta.get("uid"):
             involved["uid"] = meta["uid"]
+        owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+        if not meta.get("name") and owner and owner.get("name") and owner.get("kind"):
+            involved = {"apiVersion": owner.get("apiVersion", ""), "kind": owner["kind"],
+                        "namespace": namespace, "name": owner["name"], "uid": owner.get("uid", "")}
+            message = f"pod {name}…: {message}"
+            name = owner["name"]
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name.rstrip('-.')}.", "namespace": namespace},
