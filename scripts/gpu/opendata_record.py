@@ -277,8 +277,9 @@ class Recorder:
 
     def drain(self, final: bool = False) -> None:
         """Ask for profiles (one `alnair profile` at a time) and write the rows that are ready."""
-        end = time.monotonic() + (max((p.give_up_at for p in self.pending), default=0) - time.monotonic()
-                                  if final else 0)
+        end = time.monotonic()
+        if final:  # the last profiles, but never past the deadline (teardown still has to fit)
+            end = min(max((p.give_up_at for p in self.pending), default=end), end + max(0.0, self.time_left() - 15))
         while True:
             for p in list(self.pending):
                 if p.proc is not None and p.proc.poll() is not None:
@@ -295,9 +296,19 @@ class Recorder:
                 with open(p.answer, "wb") as f:
                     p.proc = subprocess.Popen(self.demo.alnair("profile", p.active.run.run_id, "--json"), stdout=f,
                                               stderr=subprocess.DEVNULL, env=self.demo.cli_env, cwd=e2e_share.ROOT)
-            if not final or not self.pending or time.monotonic() > end + 5:
+            if not final or not self.pending:
+                return
+            if time.monotonic() > end:
+                self.write_pending()
                 return
             time.sleep(0.2)
+
+    def write_pending(self) -> None:
+        """Rows of finished runs still waiting for a profile, without it (deadline, signal)."""
+        for p in list(self.pending):
+            if p.proc is not None:
+                e2e_share.terminate(p.proc, 5)  # type: ignore[arg-type]
+            self.write_row(p, None)
 
     def take_profile(self, p: Pending) -> bool:
         try:
@@ -389,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # teardown is not to be cut short
+        rec.write_pending()
         if not o.list:
             try:
                 rec.demo.teardown()

@@ -14,6 +14,7 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,25 @@ def test_deadline_stops_cleanly_keeping_every_finished_run(tmp_path: Path) -> No
     meta = json.loads((out / "meta.json").read_text())
     assert any("deadline" in n and "--resume" in n for n in meta["notes"]), meta["notes"]
     assert meta["teardown"]["clean"] is True and meta["elapsed_s"] < 75 + 60
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_keeps_every_finished_run_and_stops_everything(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--sim", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 200
+        while not list((out / "series").glob("*.csv.gz")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert list((out / "series").glob("*.csv.gz")), "no run finished within 200 s"
+        proc.terminate()
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + 15, text[-2000:]
+    finished = {p.name.removesuffix(".csv.gz") for p in (out / "series").glob("*.csv.gz")}
+    assert finished <= set(rows(out)) and len(rows(out)) < 10  # its row even if the profile had not come
+    meta = json.loads((out / "meta.json").read_text())
+    assert any("interrupted by SIGTERM" in n for n in meta["notes"]) and meta["teardown"]["clean"] is True
