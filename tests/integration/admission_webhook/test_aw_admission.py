@@ -177,3 +177,27 @@ async def test_a_generated_pods_event_goes_on_its_controlling_owner(webhook: Web
     assert (event.involved_object.kind, event.involved_object.uid) == (
         "ReplicaSet", "0b6f2b1e-5a86-4d47-9d55-3c1d7c1b2a10")
     assert event.message.startswith("pod train-7d9f-…: ") and "no-such-set" in event.message
+
+
+async def test_with_the_bus_away_the_webhook_stays_ready_and_answers_from_its_copy(webhook: Webhook) -> None:
+    ns = webhook.kube.namespace
+    await put_status(webhook.nats, ns, "imagenet", "s3://images/train")
+    service = await webhook.start()
+    await webhook.nats.close_all()
+    webhook.nats.server.stop()
+    await wait_for(lambda: _bus_down(service), timeout=15, what="the webhook sees the bus gone")
+    pod, _ = await webhook.create_pod(pod_manifest("bus-away", {DATASET: "imagenet"}), timeout=5)
+    assert pod["spec"]["containers"][0]["env"][0] == {"name": "ALNAIR_DATASET", "value": "imagenet"}
+    assert (await service.health.report()).ready
+    # Back, so the service's shutdown can drain (alnair_common's Bus.drain raises
+    # ConnectionResetError when the connection is lost at that moment).
+    webhook.nats.server.start()
+    await wait_for(lambda: _bus_up(service), timeout=30, what="the webhook reconnected")
+
+
+async def _bus_up(service: Any) -> bool:
+    return service.bus is not None and service.bus.connected
+
+
+async def _bus_down(service: Any) -> bool:
+    return service.bus is not None and not service.bus.connected

@@ -80,6 +80,10 @@ class AdmissionWebhookService(Service):
         self.spawn(self._follow(watch), "catalog")
         await watch.caught_up(CATCH_UP_SECONDS)
         port = await self.server.start()
+        # Ready follows the endpoint, not the bus: answering from the last copy of the
+        # catalog while NATS is away beats every replica leaving the Service's endpoints
+        # (then every pod would be admitted unmutated, failurePolicy Ignore).
+        self.health.checks.pop("nats", None)
         self.spawn(self._keep_tls(), "tls")
         self.log.info("admission endpoint ready", port=port, datasets=len(self.catalog))
 
