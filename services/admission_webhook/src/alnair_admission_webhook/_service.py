@@ -47,6 +47,7 @@ class AdmissionWebhookService(Service):
         self.catalog = DatasetCatalog()
         self.server: AdmissionServer | None = None
         self.loaded: LoadedPki | None = None
+        self.tls: TlsSecret | None = None
         self._api: k8s.ApiClient | None = None
         self._events: PodEvents | None = None
         self._pending: set[asyncio.Task[bool]] = set()
@@ -62,10 +63,10 @@ class AdmissionWebhookService(Service):
         self._api = api_client(s)
         core = k8s.CoreV1Api(self._api)
         self._events = PodEvents(core, timeout=s.api_timeout_seconds)
-        self.tls = TlsSecret(core, s.webhook_namespace, s.tls_secret, PkiPolicy(
+        tls = self.tls = TlsSecret(core, s.webhook_namespace, s.tls_secret, PkiPolicy(
             names_for(s.webhook_service, s.webhook_namespace, s.extra_names), s.ca_days,
             s.cert_days, s.renew_before), timeout=s.api_timeout_seconds)
-        self.loaded = await asyncio.to_thread(self.tls.ensure)
+        self.loaded = await asyncio.to_thread(tls.ensure)
         self.log.info("tls ready", secret=f"{s.webhook_namespace}/{s.tls_secret}",
                       action=self.loaded.action)
         endpoint = CacheEndpoint(s.pod_tier_url, s.pod_cache_prefix, s.pod_s3_endpoint)
@@ -121,6 +122,7 @@ class AdmissionWebhookService(Service):
         while True:
             await asyncio.sleep(self.settings.tls_check_seconds)
             try:
+                assert self.tls is not None
                 loaded = await asyncio.to_thread(self.tls.ensure)
             except CertificateError as e:
                 self.log.warning("tls check failed; serving the current certificate", error=str(e))
