@@ -2,10 +2,11 @@
 
 Reads a published dataset through ``alnair_opendata`` and writes, into ``--out``:
 
-* ``classes.png``: how the six classes differ, alone with the whole GPU (utilisation shape,
-  kernel launch rate and launch-signature period, copy bytes by direction, CPU cores);
+* ``classes.png``: how the six classes differ, alone with the whole GPU (utilisation level and
+  spread, kernel launch rate and launch-signature period, copy bytes by direction, CPU cores);
 * ``traces.png``: one alone run per class, GPU utilisation and CPU cores second by second;
 * ``sharing.png``: throughput under a limit and beside a co-runner, relative to alone at 100 %;
+* ``interference.png``: each class beside each other at 50/50, relative to alone at 50 %;
 * ``profiler.png``: the profiler's training detection and peak-memory prediction on this data;
 * ``results.md``: the tables behind them (numbers computed here, never typed in by hand).
 
@@ -46,7 +47,7 @@ DOC = ROOT / "docs" / "open-dataset.md"
 BEGIN, END = "<!-- results:begin (scripts/opendata_analysis.py) -->", "<!-- results:end -->"
 CLASSES = ("cnn_train", "lm_train", "batch_infer", "poisson_infer", "dataload_train", "gnn_train")
 PARAMS = ("workload", "batch", "width", "layers", "precision", "workers", "rate")
-FIGURES = ("classes.png", "traces.png", "sharing.png", "profiler.png")
+FIGURES = ("classes.png", "traces.png", "sharing.png", "interference.png", "profiler.png")
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -117,10 +118,12 @@ class Analysis:
         return rows
 
     def plot_classes(self, out: Path) -> None:
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        fig, axes = plt.subplots(2, 3, figsize=(15, 7))
         panels = [("gpu_util_ratio", "GPU utilisation (ratio), p10/p50/p90 over seconds", 1.0),
                   ("kernel_launch_rate", "kernel launches per second, p10/p50/p90", 1.0),
                   ("cuda_launch_period_seconds", "launch-signature period, ms, p10/p50/p90", 1e3),
+                  ("memcpy_htod_bytes_per_second", "host→device copies, MiB/s, p10/p50/p90", 2**-20),
+                  ("memcpy_dtoh_bytes_per_second", "device→host copies, MiB/s, p10/p50/p90", 2**-20),
                   ("cpu_cores", "CPU cores of the process tree, p10/p50/p90", 1.0)]
         for ax, (name, title, k) in zip(axes.flat, panels, strict=True):
             for i, c in enumerate(CLASSES):
@@ -180,6 +183,38 @@ class Analysis:
                     else f"shared {r['compute_percent']}/{r['co_runner_compute_percent']}")
             out[r["workload"]][cond].append(r["throughput_per_second"] / ref)
         return out
+
+    def interference(self) -> dict[tuple[str, str], list[float]]:
+        """(class, co-runner class) at 50/50: throughput / the same configuration alone at 50 %,
+        so what is left is the co-runner's effect beyond the limit (1: none)."""
+        limited = {tuple(r[p] for p in PARAMS): r["throughput_per_second"] for r in self.runs
+                   if r["mode"] == "alone" and r["compute_percent"] == 50 and r["throughput_per_second"]}
+        out: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for r in self.runs:
+            ref = limited.get(tuple(r[p] for p in PARAMS))
+            if r["mode"] == "shared" and r["compute_percent"] == 50 and r["co_runner_compute_percent"] == 50 \
+                    and ref and r["throughput_per_second"]:
+                out[(r["workload"], r["co_runner"])].append(r["throughput_per_second"] / ref)
+        return out
+
+    def plot_interference(self, cells: dict[tuple[str, str], list[float]], out: Path) -> None:
+        fig, ax = plt.subplots(figsize=(7.5, 6))
+        grid = [[statistics.fmean(cells[(a, b)]) if cells.get((a, b)) else float("nan") for b in CLASSES]
+                for a in CLASSES]
+        im = ax.imshow(grid, cmap="RdYlGn", vmin=0.5, vmax=1.5)
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(CLASSES)), CLASSES, rotation=30, fontsize=8)
+        ax.set_yticks(range(len(CLASSES)), CLASSES, fontsize=8)
+        ax.set_xlabel("co-runner (50 %)")
+        ax.set_ylabel("workload (50 %)")
+        fig.colorbar(im, ax=ax, label="throughput / alone at 50 %")
+        ax.set_title(f"Interference beyond the limit ({self.label()})", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / "interference.png", dpi=100)
+        plt.close(fig)
 
     def plot_sharing(self, rel: dict[str, dict[str, list[float]]], out: Path) -> None:
         conds = sorted({c for v in rel.values() for c in v})
@@ -318,6 +353,16 @@ class Analysis:
                   f"![sharing]({figures}/sharing.png)", ""]
         lines += _table(["class", *conds], [[c, *[_f(statistics.fmean(rel[c][k])) if rel.get(c, {}).get(k) else "-"
                                                   for k in conds]] for c in CLASSES if c in rel])
+        cells = self.interference()
+        self.plot_interference(cells, out)
+        lines += ["", "Interference beyond the limit: throughput at 50/50 beside each co-runner / the same "
+                      "configuration alone at 50 % (1: the co-runner costs nothing beyond the limit):", "",
+                  f"![interference]({figures}/interference.png)", ""]
+        partners = [c for c in CLASSES if any(k[1] == c for k in cells)]
+        matrix = [[a, *[_f(statistics.fmean(cells[(a, b)])) if cells.get((a, b)) else "-" for b in partners]]
+                  for a in CLASSES if any(k[0] == a for k in cells)]
+        lines += (_table(["workload \\ co-runner", *partners], matrix) if cells
+                  else ["(no 50/50 pairs with an alone-at-50 % baseline)"])
         throttled = [[c, _f(_mean([r["throttled_share"] for r in self.runs if r["workload"] == c
                                    and r["compute_percent"] == p]))] for c in CLASSES for p in (50, 25)]
         lines += ["", "Share of the run that launches waited for tokens (interceptor), by class and limit:", ""]

@@ -76,14 +76,16 @@ def test_unknown_dataset_run_or_recording_say_what_to_do(tmp_path: Path) -> None
 
 def gpu_shaped_recording(where: Path) -> None:
     """A recorder's --out directory with GPU-like series (made here, for the analysis' GPU
-    branches; not data): every class alone at 100 and 50 %, and one shared pair."""
+    branches; not data): every class alone at 100 and 50 %, and cnn_train + lm_train at 50/50."""
     rng = random.Random(1)
     (where / "series").mkdir(parents=True)
     classes = ["cnn_train", "lm_train", "batch_infer", "poisson_infer", "dataload_train", "gnn_train"]
     lines = []
     n = 0
-    for compute in (100, 50):
-        for c in classes:
+    pair = {"r013-x-c50s": ("cnn_train", "lm_train", "r014-x-c50s"), "r014-x-c50s": ("lm_train", "cnn_train",
+                                                                                  "r013-x-c50s")}
+    for compute, group in ((100, classes), (50, classes), (50, ["cnn_train", "lm_train"])):
+        for c in group:
             n += 1
             rows, launches, copied, cpu, it = [], 0.0, 0.0, 0.0, 0.0
             level = 0.9 if c.endswith("train") else 0.2
@@ -99,13 +101,14 @@ def gpu_shaped_recording(where: Path) -> None:
                              "throttled_seconds_total": 0.3 * t * (compute < 100), "power_watts": 300 + 100 * busy,
                              "cuda_launch_period_seconds": 0.01 * busy, "cpu_seconds_total": cpu,
                              "iterations_total": it})
-            run_id = f"r{n:03d}-x-c{compute}"
+            run_id = f"r{n:03d}-x-c{compute}" + ("s" if n > 12 else "")
+            co = pair.get(run_id, ("", "", ""))
             write_series(where / "series" / f"{run_id}.csv.gz", SERIES_NAMES, rows)
             lines.append({"run_id": run_id, "part": "synthetic", "workload": c, "is_training": c.endswith("train"),
                           "batch": 64, "width": 64, "layers": 2, "precision": "fp32", "workers": 0, "rate": 0.0,
                           "iterations": 480, "compute_percent": compute, "memory_gib": 24,
-                          "mode": "alone" if n != 12 else "shared", "co_runner": "", "co_runner_run_id": "",
-                          "co_runner_compute_percent": 0, "gpu": "SYNTHETIC (test)", "exit_code": 0,
+                          "mode": "shared" if co[0] else "alone", "co_runner": co[1], "co_runner_run_id": co[2],
+                          "co_runner_compute_percent": 50 if co[0] else 0, "gpu": "SYNTHETIC (test)", "exit_code": 0,
                           "timed_out": False, "wall_s": 15.0, "setup_s": 3.0, "work_s": 12.0, "iterations_done": 480,
                           "torch_peak_bytes": 2e9, "profile_is_training": c.endswith("train"),
                           "profile_period_s": 0.0, "profile_confidence": 0.5, "profile_evidence": "nvml",
@@ -127,7 +130,7 @@ def test_analysis_script_makes_its_figures_and_numbers(tmp_path: Path, dataset: 
     done = subprocess.run([sys.executable, str(ANALYSIS), "--dataset", dataset, "--out", str(out), *extra],
                           capture_output=True, text=True, cwd=REPO, timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("classes.png", "traces.png", "sharing.png", "profiler.png"):
+    for name in ("classes.png", "traces.png", "sharing.png", "interference.png", "profiler.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     text = (out / "results.md").read_text()
     assert "| cnn_train |" in text and "Training detection, test runs" in text
@@ -137,7 +140,8 @@ def test_analysis_script_makes_its_figures_and_numbers(tmp_path: Path, dataset: 
         assert "No GPU series" not in text
         assert "| cnn_train | 1 | 0.71 | 0.93 | 3429 | 10.0 |" in text  # 12 busy seconds of 15 at ~0.9; launches
         assert "alone 50%" in text  # the limited runs' relative throughput: 0.50 by construction
-        assert "| cnn_train | 0.50" in text
+        assert "| cnn_train | 0.50 | 0.50 |" in text  # alone 50 %, shared 50/50: the limit, by construction
+        assert "| cnn_train | - | 1.00 |" in text  # beside lm_train: nothing beyond the limit
 
 
 def test_update_docs_refuses_the_dry_run() -> None:
@@ -149,7 +153,7 @@ def test_update_docs_refuses_the_dry_run() -> None:
 def test_convert_takes_a_resumed_copy_once_and_refuses_conflicting_runs(tmp_path: Path) -> None:
     gpu_shaped_recording(tmp_path / "part1")
     shutil.copytree(tmp_path / "part1", tmp_path / "part2")  # --resume into a copy: part 1's runs again
-    assert convert([tmp_path / "part1", tmp_path / "part2"], tmp_path / "out" / "x")["runs"] == 12
+    assert convert([tmp_path / "part1", tmp_path / "part2"], tmp_path / "out" / "x")["runs"] == 14
     lines = (tmp_path / "part2" / "runs.jsonl").read_text().splitlines()
     changed = json.loads(lines[0]) | {"exit_code": 1}
     (tmp_path / "part2" / "runs.jsonl").write_text("\n".join([json.dumps(changed), *lines[1:]]) + "\n")
