@@ -20,16 +20,18 @@ has finished). ``tiny_grid()`` is the ``--sim`` dry run's: the six classes alone
 shared slots, CPU sizes.
 
 Estimate per slot (``slot_estimate``), seconds on the H200: ``STARTUP_S`` (``alnair run``,
-Python, ``import torch``, CUDA context, model build) plus ``WORK_S``: 66 slots, ~726 s, two
-parts of ~363 s. ``alnair up`` to healthy took 6–13 s in the ``--sim`` runs (2 busy cores).
+Python, ``import torch``, CUDA context, model build, exit: 5.5–12 s per run in issue #11's H200
+report) plus ``WORK_S``: 12.5 s, 66 slots, ~825 s, two parts of ~413 s. ``alnair up`` to
+healthy: 5.1 s on the H200 (that report), 6–15 s in the ``--sim`` runs here (2 busy cores).
+So the plan is two commands of ``--deadline 450``; what does not fit is the grid's tail.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-WORK_S = 5.0
-STARTUP_S = 6.0
+WORK_S = 4.5
+STARTUP_S = 8.0  # H200, e2e_share (docs/e2e/h200-2026-11-29): `alnair run` wall minus work, 5.5-12 s
 SIM_STARTUP_S = 7.0
 MEMORY_GIB = 24
 HOST_BOUND = frozenset({"poisson_infer", "dataload_train"})
@@ -130,20 +132,19 @@ def _numbered(slots: list[tuple[tuple[Config, int], ...]]) -> list[Slot]:
 
 def full_grid() -> list[Slot]:
     base = {c: v[0] for c, v in VARIANTS.items()}
-    alone = [((v, 100),) for c in CLASSES for v in VARIANTS[c]]
+    alone = [((v, 100),) for c in CLASSES for v in VARIANTS[c][:2]]
     limited = [((base[c], limit),) for limit in (50, 25) for c in CLASSES]
     pairs = [(a, b) for i, a in enumerate(CLASSES) for b in CLASSES[i + 1:]]
     shared = [((base[a], 50), (base[b], 50)) for a, b in pairs]
     shared += [((base[a], 75), (base[b], 25)) for a, b in pairs]
     shared += [((base[c], 50), (base[c], 50)) for c in CLASSES]
-    # Interleaved so that any prefix (a part cut short by its deadline) holds every kind.
-    kinds = [alone, limited, shared]
+    # Interleaved (a round: one alone, one limited, three shared) so that any prefix — a part
+    # cut short by its deadline — holds every kind; the third variants (sizes) come last: a
+    # cut then costs one run per slot, not two.
     ordered: list[tuple[tuple[Config, int], ...]] = []
-    while any(kinds):
-        for k in kinds:
-            take = 1 if k is limited else (2 if k is shared else 1)
-            ordered.extend(k[:take])
-            del k[:take]
+    for i in range(len(alone)):
+        ordered += [alone[i], limited[i], *shared[3 * i:3 * i + 3]]
+    ordered += [((VARIANTS[c][2], 100),) for c in CLASSES]
     return _numbered(ordered)
 
 

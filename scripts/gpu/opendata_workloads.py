@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.device == "cuda":
         if not torch.cuda.is_available():
             sys.exit("opendata_workloads: --device cuda but torch sees no GPU (use --device cpu)")
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = False  # autotuning would be seconds of a ~5 s run's start
     step = build(a)
     truth = open(a.truth_file, "a", buffering=1) if a.truth_file else None  # noqa: SIM115
     setup = time.time() - began
