@@ -7,7 +7,7 @@ their resource use can be compared across limits and co-runners:
 ==================  ==================================================================  =====
 class               what one iteration is                                               data
 ==================  ==================================================================  =====
-``cnn_train``       ResNet-style CNN (basic residual blocks) training step, 64x64       GPU
+``cnn_train``       ResNet-style CNN (basic residual blocks) training step (--image)    GPU
 ``lm_train``        causal transformer language model training step (next token)        GPU
 ``batch_infer``     the same CNN in inference mode over one full batch                   GPU
 ``poisson_infer``   one request: Poisson arrivals at ``--rate``/s, batch 1..``--batch``  GPU
