@@ -43,13 +43,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import e2e_share  # noqa: E402
 from e2e_report import profile_summary  # noqa: E402
-from opendata_grid import Run, Slot, full_grid, part_of, slot_estimate, tiny_grid  # noqa: E402
+from opendata_grid import WORK_S, Run, Slot, full_grid, part_of, slot_estimate, tiny_grid  # noqa: E402
 from opendata_series import TruthCounter, read_pid, read_scrape, tree_usage, write_series  # noqa: E402
 from opendata_workloads import RESULT_PREFIX, TRAINING  # noqa: E402
 
 from alnair_opendata import SERIES_NAMES, features  # noqa: E402
 
 PERIOD_S = 1.0
+MAX_WORK_FACTOR = 3.0  # a run's work is stopped at this many times the planned WORK_S
 # Loaded once while `alnair up` starts, outside any run: the first run then does not pay for
 # a cold page cache and the CUDA libraries' first load (issue #11's first H200 run: +9 s).
 WARM_UP = ("import torch; x = torch.randn(64, 3, 32, 32, device='cuda'); "
@@ -194,6 +195,8 @@ class Recorder:
         argv = [sys.executable, str(HERE / "opendata_workloads.py"), *run.config.argv(run.compute_percent,
                                                                                       self.o.scale),
                 "--pid-file", str(a.pid_file), "--truth-file", str(a.truth.path)]
+        if not self.o.sim:  # a guess of ms per iteration far off must not eat the part's budget
+            argv += ["--max-work-seconds", f"{MAX_WORK_FACTOR * WORK_S * self.o.scale:g}"]
         a.pid_file.unlink(missing_ok=True)
         a.truth.path.unlink(missing_ok=True)
         cmd = self.demo.alnair("run", "--name", run.run_id, "--gpu-memory", str(run.memory_gib),

@@ -22,8 +22,9 @@ runs any of them on the CPU at the sizes given (the recorder's ``--sim`` passes 
 What the recorder reads: ``--pid-file`` gets this process's pid before torch is imported
 (the recorder samples the process tree's CPU, RSS and I/O from /proc); ``--truth-file`` gets
 the wall-clock end of every iteration (throughput and iteration period per second); the last
-line printed is ``OPENDATA_RESULT key=value ...`` (iterations, setup and work seconds, the
-allocator's peak bytes).
+line printed is ``OPENDATA_RESULT key=value ...`` (iterations done, setup and work seconds,
+the allocator's peak bytes). ``--max-work-seconds`` stops a run whose iterations take far
+longer than planned (the recorder's guard for its time budget).
 
     python opendata_workloads.py cnn_train --iterations 800 --batch 64 --precision bf16
     python opendata_workloads.py dataload_train --device cpu --iterations 5 --batch 4 --workers 2
@@ -59,6 +60,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=256, help="tokens per sequence (lm_train)")
     p.add_argument("--nodes", type=int, default=50_000, help="graph nodes (gnn_train); edges are 10x")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-work-seconds", type=float, default=0.0,
+                   help="stop after this much work even if --iterations are not done (0: never); a guard "
+                        "for a recording's time budget: the result line says how many were done")
     p.add_argument("--pid-file", help="write this process's pid here first")
     p.add_argument("--truth-file", help="append each iteration's end time (epoch seconds) here")
     a = p.parse_args(argv)
@@ -89,15 +93,19 @@ def main(argv: list[str] | None = None) -> None:
     truth = open(a.truth_file, "a", buffering=1) if a.truth_file else None  # noqa: SIM115
     setup = time.time() - began
     first = last = None
+    done = 0
     for i in range(a.iterations):
         step(i)
         last = time.time()
         first = first or last
+        done += 1
         if truth:
             truth.write(f"{last:.6f}\n")
+        if a.max_work_seconds and last - first > a.max_work_seconds:
+            break
     peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else 0
     work = (last - first) if first and last else 0.0
-    print(f"{RESULT_PREFIX} workload={a.workload} iterations={a.iterations} setup_seconds={setup:.3f} "
+    print(f"{RESULT_PREFIX} workload={a.workload} iterations={done} setup_seconds={setup:.3f} "
           f"work_seconds={work:.3f} seconds={time.time() - began:.3f} torch_peak_bytes={peak} "
           f"torch={torch.__version__} device={a.device}", flush=True)
 
