@@ -105,6 +105,25 @@ def test_killing_the_redis_server_while_reading_falls_back_to_the_source(redis_n
     assert read == files
 
 
+def test_killing_the_alluxio_proxy_while_reading_falls_back_to_the_source(alluxio_server, alluxio,
+                                                                        data):
+    root, files = data
+    hydrate_directly(tier_of(alluxio), "ds", f"file://{root}")
+    proxy = alluxio_server.start_proxy("killed")  # a proxy of its own, on the same namespace
+    try:
+        url = proxy.url + alluxio.removeprefix(alluxio_server.url)
+        read = {}
+        with DatasetReader("ds", tier_url=url, prefix="t", breaker_seconds=60) as reader:
+            for i, (path, got) in enumerate(reader.iter_files(reader.files(), ahead=2)):
+                if i == 5:
+                    proxy.kill()
+                read[path] = got
+            assert reader.stats.hits >= 5 and reader.stats.misses > 0 and reader.stats.tier_errors >= 1
+        assert read == files
+    finally:
+        proxy.stop()
+
+
 def test_losing_one_server_of_a_cluster_loses_only_its_chunks(redis_cluster, data):
     root, files = data
     plane = redis_cluster(masters=3)

@@ -9,7 +9,9 @@ from cache_support import MIB, assert_consistent, reopened, stored_chunks, write
 from alnair_dataset import (
     Budget,
     CapacityError,
+    InvalidSpecError,
     SourceChangedError,
+    TierUnavailableError,
     open_source,
     open_tier,
     store_file,
@@ -124,3 +126,23 @@ def test_a_file_changed_while_read_is_not_listed(server_url, tmp_path):
     with pytest.raises(SourceChangedError, match="changed"):
         store_file(tier, "ds", source, listed, Budget(tier))
     assert tier.manifest("ds") == {}
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("alluxio://proxy:port", "the port is not a number"),
+    ("alluxio:///root", "write alluxio://proxy-host:port"),
+    ("alluxio://proxy:39999?write_type=SOMETIMES", "one of MUST_CACHE, CACHE_THROUGH"),
+    ("alluxio://proxy:39999?cache=yes", "the only option is write_type"),
+])
+def test_a_bad_alluxio_url_is_refused_saying_how_to_write_it(url, says):
+    with pytest.raises(InvalidSpecError, match=says):
+        open_tier(url, budget_bytes=MIB)
+
+
+def test_an_unreachable_alluxio_proxy_is_a_temporary_tier_error(tmp_path):
+    from alnair_common.natsd import free_port
+
+    tier = open_tier(f"alluxio://127.0.0.1:{free_port()}", budget_bytes=MIB, timeout=0.5)
+    with pytest.raises(TierUnavailableError, match=r"Alluxio proxy at 127\.0\.0\.1:\d+: .* failed") as e:
+        tier.usage()
+    assert e.value.temporary

@@ -21,12 +21,18 @@ wait with its log.
 
 One server serves the session (three JVMs take about 10 s and 600 MB to start); each test
 gets its own root directory in the namespace, deleted afterwards: :meth:`AlluxioServer.root`.
+A test that kills the tier under a reader gets a proxy of its own on the same master and
+worker (:meth:`AlluxioServer.start_proxy`, a few seconds) and kills that.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import secrets
+import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -69,6 +75,7 @@ class AlluxioServer:
     proxy_port: int
     master_port: int
     workdir: Path
+    launcher: Path
     processes: dict[str, ServerProcess] = field(default_factory=dict)
 
     @property
@@ -93,6 +100,30 @@ class AlluxioServer:
         """Delete ``path`` and everything under it (a test's root), if it exists."""
         if json.loads(self.call(path, "exists") or b"false"):
             self.call(path, "delete", {"recursive": True})
+
+    def start_proxy(self, name: str, *, timeout: float = START_TIMEOUT_SECONDS) -> AlluxioServer:
+        """One more proxy on this master and worker, on a port of its own (a test may kill it
+        without harming the session's): the returned server's ``processes`` hold only it."""
+        port = free_port()
+        process = ServerProcess(f"alluxio-proxy-{name}", _java_argv(
+            self.launcher, self.workdir, "proxy", MAIN_CLASS["proxy"],
+            f"-Dalluxio.proxy.web.port={port}"), self.workdir / "logs" / f"proxy-{name}.out")
+        proxy = AlluxioServer(self.host, port, self.master_port, self.workdir, self.launcher,
+                              {"proxy": process})
+        try:
+            poll_until(lambda: _writes(proxy, f"/.alnair-fixture-ready-{name}"),
+                       what=f"a write through Alluxio proxy {name}", timeout=timeout)
+        except BaseException:
+            process.stop()
+            raise
+        return proxy
+
+    def kill(self) -> None:
+        """SIGKILL of each group, no shutdown hooks: gone as a crashed pod is."""
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.stop(grace_seconds=5.0)  # reaps it
 
     def stop(self) -> None:
         """Stop the three JVMs at once (each takes seconds to run its shutdown hooks)."""
@@ -160,18 +191,13 @@ def start_alluxio(testbin: Testbin, workdir: Path, *, capacity: str = WORKER_CAP
         "".join(f"{k}={v}\n" for k, v in site_properties(workdir, ports, capacity).items()))
     (conf / "log4j2.properties").write_text(_LOG4J2)
 
-    def argv(role: str, main: str) -> list[str | Path]:
-        return [launcher, f"-Xmx{HEAP.get(role, '128m')}", "-XX:+UseSerialGC",
-                f"-Dalluxio.home={workdir}", f"-Dalluxio.conf.dir={conf}",
-                f"-Dalluxio.logs.dir={workdir / 'logs'}",
-                f"-Dlog4j.configurationFile={conf / 'log4j2.properties'}", main]
-
+    argv = functools.partial(_java_argv, launcher, workdir)
     formatted = subprocess.run([str(a) for a in argv("format", "alluxio.cli.Format")] + ["master"],
                                capture_output=True, text=True, timeout=timeout)
     if formatted.returncode != 0:
         raise ServerStartError(f"alluxio: formatting the journal failed ({formatted.returncode}):"
                                f"\n{(formatted.stdout + formatted.stderr)[-3000:]}")
-    server = AlluxioServer(LOOPBACK, ports["proxy_web"], ports["master_rpc"], workdir)
+    server = AlluxioServer(LOOPBACK, ports["proxy_web"], ports["master_rpc"], workdir, launcher)
     try:
         for role in ("master", "worker", "proxy"):
             server.processes[role] = ServerProcess(
@@ -184,6 +210,16 @@ def start_alluxio(testbin: Testbin, workdir: Path, *, capacity: str = WORKER_CAP
         server.stop()
         raise
     return server
+
+
+def _java_argv(launcher: Path, workdir: Path, role: str, main: str,
+               *properties: str) -> list[str | Path]:
+    """A JVM of ``role`` with the cluster's configuration (``-D`` properties override it)."""
+    conf = workdir / "conf"
+    return [launcher, f"-Xmx{HEAP.get(role, '128m')}", "-XX:+UseSerialGC",
+            f"-Dalluxio.home={workdir}", f"-Dalluxio.conf.dir={conf}",
+            f"-Dalluxio.logs.dir={workdir / 'logs'}",
+            f"-Dlog4j.configurationFile={conf / 'log4j2.properties'}", *properties, main]
 
 
 def _writes(server: AlluxioServer, path: str) -> bool:
