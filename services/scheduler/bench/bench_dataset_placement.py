@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -35,7 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from bench_bus import wait_ready
-from bench_e2e import COMPUTE, SIZES, gpu_nodes, publish_inventories, run_batch, service_env, start_bridge
+from bench_e2e import (
+    COMPUTE,
+    SIZES,
+    emit,
+    gpu_nodes,
+    publish_inventories,
+    run_batch,
+    service_env,
+    start_bridge,
+    tear_down,
+)
 from kubernetes import client as k8s
 
 from alnair.v1 import allocation_pb2, cache_pb2
@@ -150,17 +159,9 @@ def main() -> None:
         out = {"nodes": args.nodes, "gpus_per_node": args.gpus, "pods": args.pods,
                "datasets": args.datasets, "chance_fraction": round(1 / args.nodes, 3),
                "rate_pods_per_second": args.rate, **results, "logs": str(work)}
-        text = json.dumps(out, indent=2)
-        print(text)
-        if args.out:
-            args.out.write_text(text + "\n")
+        emit(out, args.out)
     finally:
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception as e:  # noqa: BLE001 - tear everything down regardless
-                print(f"stop {p}: {e!r}", file=sys.stderr)
-        plane.stop()
+        tear_down(procs, plane)
 
 
 if __name__ == "__main__":

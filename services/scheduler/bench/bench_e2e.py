@@ -374,17 +374,25 @@ def main() -> None:
                       alnair["throughput_pods_per_second"] /
                       max(default["throughput_pods_per_second"], 1e-9), 2),
                   "logs": str(work)}
-        text = json.dumps(result, indent=2)
-        print(text)
-        if args.out:
-            args.out.write_text(text + "\n")
+        emit(result, args.out)
     finally:
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception as e:  # noqa: BLE001 - tear everything down regardless
-                print(f"stop {p}: {e!r}", file=sys.stderr)
-        plane.stop()
+        tear_down(procs, plane)
+
+
+def emit(result: dict[str, Any], out: Path | None) -> None:
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+
+
+def tear_down(procs: list[Any], plane: Any) -> None:
+    for p in reversed(procs):
+        try:
+            p.stop()
+        except Exception as e:  # noqa: BLE001 - tear everything down regardless
+            print(f"stop {p}: {e!r}", file=sys.stderr)
+    plane.stop()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,14 @@ async def test_pod_goes_where_its_data_set_is_hot_when_it_fits(nats_server: Nats
         (d,) = await seen.bound(warming)
         assert d.assignment.node == "node-b"
         assert "dataset coco hydrating on node-b (40% cached)" in d.reason
+
+        # Two data sets: the node holding more of what the pod reads wins (1 + 0 over 0 + 0.4).
+        both = await adapter.pending("reads-both", 10, 10, annotations=reads("imagenet", "coco"))
+        (d,) = await seen.bound(both)
+        assert d.assignment.node == "node-c"
+        assert "dataset imagenet hot on node-c (100% cached)" in d.reason
+        assert ("dataset coco hot on node-b (40% cached), not on node-c: the profile's preference "
+                "outweighed data locality there") in d.reason
         await assert_within_capacity(bus)
     finally:
         await stop_scheduler(service, task)

@@ -40,7 +40,7 @@ class TierStats:
             usage = self._tier().usage()
             TIER_STORED.set(usage.stored_bytes)
             TIER_BUDGET.set(usage.budget_bytes)
-        except DatasetError as e:
+        except (DatasetError, OSError) as e:
             log.debug("tier usage not read", error=str(e))
         if counted:
             self._lookups(count=False)

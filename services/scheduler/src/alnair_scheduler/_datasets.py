@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ._cluster import Cluster
+from ._domain import Card, Profile, Workload
+
 
 class CachePhase(StrEnum):
     PENDING = "pending"
@@ -88,8 +91,8 @@ class DatasetLocations:
                 total[node] = total.get(node, 0.0) + loc.warmth
         return {node: w / len(datasets) for node, w in total.items()}
 
-    def explain(self, datasets: Sequence[str], node: str,
-                fits: Mapping[str, bool] | None = None, weight: float = 1.0) -> list[str]:
+    def explain(self, datasets: Sequence[str], node: str, fits: Mapping[str, bool],
+                weight: float = 1.0) -> list[str]:
         """One reason per data set for placing on ``node``: hot here, hot elsewhere (and why
         not there: ``fits`` says whether a node had a card that fitted), or no preference."""
         out = []
@@ -118,9 +121,26 @@ class DatasetLocations:
         return out
 
 
-def _why_elsewhere(nodes: Sequence[str], fits: Mapping[str, bool] | None) -> str:
-    if fits is None:
-        return "placed with the rest of its gang"
+def placement_reason(locations: DatasetLocations, cluster: Cluster, w: Workload, card: Card,
+                     profile: Profile, weight: float) -> str:
+    """Why ``card`` for ``w``, for people (BindDecision.reason): the profile, then what each
+    data set it reads had to say. Worked out before the share is committed, so "no card
+    there fits" is about the cluster the decision saw."""
+    parts = [f"{profile.value} profile chose gpu{card.index} on {card.node}"]
+    if w.dataset_error:
+        parts.append(f"data sets not read ({w.dataset_error}): no preference")
+    if w.datasets and w.request is not None:
+        request = w.request
+        hot = {n for key in w.datasets if (loc := locations.get(key)) is not None for n in loc.nodes}
+        fits = {n: any(s.card.healthy and s.free_memory >= request.memory_gib
+                       and s.free_compute >= request.compute_percent
+                       for s in cluster.nodes.get(n, {}).values())
+                for n in hot if n != card.node}
+        parts.extend(locations.explain(w.datasets, card.node, fits, weight))
+    return "; ".join(parts)
+
+
+def _why_elsewhere(nodes: Sequence[str], fits: Mapping[str, bool]) -> str:
     if not any(fits.get(n, False) for n in nodes):
         return "no card there fits the request"
     return "the profile's preference outweighed data locality there"

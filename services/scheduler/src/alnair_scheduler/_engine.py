@@ -25,7 +25,7 @@ from alnair_common import AlnairError, get_logger
 from . import _metrics
 from ._cluster import Cluster
 from ._convert import adapter_of_mode
-from ._datasets import DatasetLocation, DatasetLocations
+from ._datasets import DatasetLocation, DatasetLocations, placement_reason
 from ._domain import (
     WRONG_NODE,
     WRONG_SOURCE,
@@ -395,23 +395,6 @@ class Engine:
         return {node: self.locality_weight * warmth
                 for node, warmth in self.datasets.warmth(w.datasets).items()}
 
-    def placement_reason(self, w: Workload, card: Card, profile: Profile) -> str:
-        """Why ``card`` for ``w``, for people: the profile, then each data set's say."""
-        parts = [f"{profile.value} profile chose gpu{card.index} on {card.node}"]
-        if w.dataset_error:
-            parts.append(f"data sets not read ({w.dataset_error}): no preference")
-        if w.datasets and w.request is not None:
-            hot = {n for key in w.datasets if (loc := self.datasets.get(key)) is not None
-                   for n in loc.nodes}
-            fits = {n: self._fits_on(n, w) for n in hot if n != card.node}
-            parts.extend(self.datasets.explain(w.datasets, card.node, fits, self.locality_weight))
-        return "; ".join(parts)
-
-    def _fits_on(self, node: str, w: Workload) -> bool:
-        assert w.request is not None
-        return any(s.card.healthy and s.free_memory >= w.request.memory_gib
-                   and s.free_compute >= w.request.compute_percent
-                   for s in self.cluster.nodes.get(node, {}).values())
 
     async def _reject_invalid(self, w: Workload, e: InvalidRequestError) -> None:
         self.workloads.pop(w.ref.uid, None)
@@ -456,7 +439,8 @@ class Engine:
         """
         assert w.request is not None
         now = self.clock()
-        reason = self.placement_reason(w, card, profile)
+        reason = placement_reason(self.datasets, self.cluster, w, card, profile,
+                                  self.locality_weight)
         share = Share(w.ref, w.request.memory_gib, w.request.compute_percent, pod_group,
                       profile.value, now, self.instance)
         async with self._card_lock(card.uuid):
