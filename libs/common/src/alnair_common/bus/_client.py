@@ -323,6 +323,10 @@ class Bus:
             return
         try:
             await self.nc.drain()
-        except (TimeoutError, nats.errors.Error) as e:
+        except (TimeoutError, OSError, nats.errors.Error) as e:
+            # OSError: the connection was reset while draining (the server went meanwhile)
             log.warning("drain failed; closing", error=str(e))
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except (OSError, nats.errors.Error) as again:
+                log.warning("close after a failed drain failed too", error=str(again))
