@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from cache_support import MIB, assert_consistent, reopened, stored_chunks, write_dataset
 
+from alnair_common.testing import wait_until
 from alnair_dataset import (
     Budget,
     CapacityError,
@@ -105,6 +106,21 @@ def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path
     assert_consistent(again)
     assert again.release("ds") == sum(f.size for f in listing)
     assert again.usage().chunks == 0
+
+
+def test_a_lease_counts_its_reader_until_it_ends_or_expires(tier):
+    tier.set_meta("ds", {"phase": "ready", "source": "file:///x"})
+    tier.lease("ds", "r1", 60)
+    tier.lease("ds", "r1", 60)  # a renewal: still one reader
+    tier.lease("ds", "r2", 1.0)
+    assert tier.readers("ds") == 2
+    meta = tier.meta("ds")
+    assert meta["phase"] == "ready" and float(meta["last_read"]) > 0  # renewals keep the phase
+    wait_until(lambda: tier.readers("ds") == 1, timeout=15, what="r2's lease to run out")
+    tier.unlease("ds", "r1")
+    assert tier.readers("ds") == 0
+    tier.drop_manifest("ds")
+    assert tier.meta("ds") == {} and tier.manifest("ds") == {}
 
 
 def test_a_data_set_over_the_budget_is_refused_with_numbers(server_url, tmp_path):

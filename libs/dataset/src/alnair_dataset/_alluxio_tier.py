@@ -15,9 +15,10 @@ into one path component, which never starts with ``+``, so ``+``-names are the t
   is making it once, in one call: a directory is the cheapest marker the REST API makes).
 * ``R/datasets/q(dataset)/``: ``journal/<id>`` markers (made *before* the reference, as in
   every tier), ``files/q(path)`` one manifest entry each, ``meta.json``, ``last_read``,
-  ``readers/q(reader)`` leases. Files with content are written to a ``+tmp+`` name in
-  their directory and renamed over the old one, so a reader sees the old or the new
-  entry, never a partial one.
+  ``readers/q(reader)+<generation>`` leases. Files with content are written to a ``+tmp+``
+  name in their directory and renamed over the old one (which the master will not do onto
+  an existing file, so the old one is deleted first): a reader sees the old content, the
+  new, or for that one call none (a miss), never a partial file.
 
 Concurrency contract. Alluxio has no multi-key transaction, so the tier orders its steps
 so that each interleaving stays correct, instead of relying on one writer:
@@ -34,7 +35,8 @@ so that each interleaving stays correct, instead of relying on one writer:
   write the same bytes for the same file version, so the last rename wins harmlessly.
 * Leases compare the master's clock with itself: a lease's expiry is its file's
   modification time (set by the master) plus its TTL; "now" is the modification time of
-  a probe file this client rewrites.
+  a probe file this client rewrites. A renewal writes a new generation before it deletes
+  the old, so a read data set never looks unread to the evicting hydrator.
 
 What can go stale, never wrong: a reference taken for a chunk that is then not stored (the
 budget refused it) stays until the data set is released; a reader whose chunk was freed
@@ -61,7 +63,10 @@ PARALLEL_CALLS = 8
 
 
 def _q(name: str) -> str:
-    return quote(name, safe="")
+    """``name`` as one path component: percent-quoted, and a leading dot too, so that no
+    name is ``.`` or ``..`` (which the master would resolve to another directory)."""
+    quoted = quote(name, safe="")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
 
 
 def _own(entry: dict) -> bool:
@@ -212,13 +217,14 @@ class AlluxioTier:
                                 sum(sizes), round(attributed))
 
     def release(self, dataset: str, keep: set[str] | None = None) -> int:
-        freed = 0
-        for chunk in self._journaled(dataset):
-            if keep is not None and chunk in keep:
-                continue
+        def drop(chunk: str) -> int:
             self.rest.delete(f"{self._refs(chunk)}/{_q(dataset)}")
-            freed += self._free_if_unreferenced(chunk)
+            freed = self._free_if_unreferenced(chunk)
             self.rest.delete(self._ds(dataset, f"journal/{chunk}"))  # after the reference
+            return freed
+
+        chunks = [c for c in self._journaled(dataset) if keep is None or c not in keep]
+        freed = sum(self._pool.map(drop, chunks))  # chunks are independent: several at once
         self._sweep()
         return freed
 
@@ -271,27 +277,37 @@ class AlluxioTier:
             meta["last_read"] = last_read.decode()
         return meta
 
+    def _leases(self, dataset: str) -> list[dict]:
+        return [e for e in self.rest.list(self._ds(dataset, "readers")) if not _own(e)]
+
     def lease(self, dataset: str, reader: str, ttl: float) -> None:
-        path = self._ds(dataset, f"readers/{_q(reader)}")
+        # A renewal is a new file (reader+generation), then the old one goes: a lease never
+        # vanishes for a moment, as replacing one file in place would let it.
+        path = self._ds(dataset, f"readers/{_q(reader)}+{self._client}-{next(self._counter)}")
         self._put(path, f"{ttl}".encode())
+        for e in self._leases(dataset):
+            if e["name"].split("+")[0] == _q(reader) and e["path"] != path:
+                self.rest.delete(e["path"])
         now = self.rest.status(path)["lastModificationTimeMs"] / 1000
         self._put(self._ds(dataset, "last_read"), f"{now:.3f}".encode())
 
     def unlease(self, dataset: str, reader: str) -> None:
-        self.rest.delete(self._ds(dataset, f"readers/{_q(reader)}"))
+        for e in self._leases(dataset):
+            if e["name"].split("+")[0] == _q(reader):
+                self.rest.delete(e["path"])
 
     def readers(self, dataset: str) -> int:
-        leases = [e for e in self.rest.list(self._ds(dataset, "readers")) if not _own(e)]
+        leases = self._leases(dataset)
         if not leases:
             return 0
-        now, live = self._now(), 0
+        now, live = self._now(), set()
         for e in leases:
             ttl = self._read(e["path"])
             if ttl is not None and e["lastModificationTimeMs"] / 1000 + float(ttl) > now:
-                live += 1
+                live.add(e["name"].split("+")[0])
             else:
                 self.rest.delete(e["path"])
-        return live
+        return len(live)
 
     def drop_manifest(self, dataset: str) -> None:
         for what in ("meta.json", "last_read"):
