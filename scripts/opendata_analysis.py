@@ -15,8 +15,8 @@ its fixed rules on the test runs, and beside them what a rule fitted on the trai
 would do (a threshold on ``busy_share`` for detection, a safety margin for the peak), so a
 reader sees how far the shipped rules are from what this data supports.
 
-``--update-docs`` puts ``results.md`` between the markers of ``docs/open-dataset.md`` and the
-figures under ``docs/images/open-dataset/`` (only for the GPU recording, ``--dataset h200``).
+``--update-docs`` puts ``results.md`` between the markers of ``docs/open-dataset.md`` (``--doc``)
+and the figures under ``docs/images/open-dataset/`` (never from the dry run, ``--dataset sim``).
 
     .venv/bin/python scripts/opendata_analysis.py --dataset sim --out /tmp/od-analysis
     .venv/bin/python scripts/opendata_analysis.py --dataset h200 --update-docs
@@ -387,11 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=None, help="where the datasets are (default data/open-dataset)")
     p.add_argument("--out", type=Path, default=None, help="figures and results.md (default: a temp dir)")
     p.add_argument("--update-docs", action="store_true",
-                   help="write the results into docs/open-dataset.md and figures into docs/images/open-dataset/")
+                   help="write the results into --doc and the figures into images/open-dataset/ beside it")
+    p.add_argument("--doc", type=Path, default=DOC, help="the document --update-docs fills (default %(default)s)")
     a = p.parse_args(argv)
     if a.update_docs and a.dataset == "sim":
         p.error("--update-docs takes the GPU recording only: the sim dataset is never presented as H200 data")
-    out = ROOT / "docs" / "images" / "open-dataset" if a.update_docs else (a.out or Path("opendata-analysis"))
+    out = a.doc.parent / "images" / "open-dataset" if a.update_docs else (a.out or Path("opendata-analysis"))
     out.mkdir(parents=True, exist_ok=True)
     try:
         an = Analysis(a.dataset, a.root)
@@ -403,12 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     text = an.report(out, "images/open-dataset" if a.update_docs else ".")
     (out / "results.md").write_text(text)
     if a.update_docs:
-        doc = DOC.read_text()
+        doc = a.doc.read_text()
         if BEGIN not in doc or END not in doc:
-            print(f"opendata_analysis: error: {DOC} lacks the markers {BEGIN} ... {END}", file=sys.stderr)
+            print(f"opendata_analysis: error: {a.doc} lacks the markers {BEGIN} ... {END}", file=sys.stderr)
             return 2
         head, rest = doc.split(BEGIN, 1)
-        DOC.write_text(head + BEGIN + "\n" + text + rest[rest.index(END):])
+        a.doc.write_text(head + BEGIN + "\n" + text + rest[rest.index(END):])
     print(f"opendata_analysis: {', '.join(FIGURES)} and results.md in {out}")
     return 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from alnair_opendata import (
+    DATA_ROOT,
     SERIES_NAMES,
     DatasetNotFoundError,
     RecordingError,
@@ -38,22 +39,28 @@ def close(a: float | None, b: float | None) -> bool:
                                                                                           abs_tol=1e-9))
 
 
-def test_sim_runs_load_with_labels_and_every_class() -> None:
-    runs = load_runs("sim")
-    assert runs.num_rows >= 10
+PUBLISHED = sorted(p.name for p in DATA_ROOT.iterdir() if (p / "summary.csv").is_file())
+
+
+@pytest.mark.parametrize("dataset", PUBLISHED)
+def test_published_runs_load_with_labels_and_every_class(dataset: str) -> None:
+    runs = load_runs(dataset)
+    assert runs.num_rows >= (10 if dataset == "sim" else 100)
     assert set(runs["workload"].to_pylist()) == {"cnn_train", "lm_train", "batch_infer", "poisson_infer",
                                                  "dataload_train", "gnn_train"}
     assert set(runs["mode"].to_pylist()) == {"alone", "shared"}
-    assert all("SIMULATED" in g for g in runs["gpu"].to_pylist())  # never passed off as GPU data
+    gpus = set(runs["gpu"].to_pylist())
+    assert all("SIMULATED" in g for g in gpus) if dataset == "sim" else not any("SIMULATED" in g for g in gpus)
     for row in runs.to_pylist():
-        s = load_series(row["run_id"], "sim")
+        s = load_series(row["run_id"], dataset)
         assert s.num_rows == row["samples"] and s["t_s"].to_pylist() == sorted(s["t_s"].to_pylist())
 
 
-def test_summary_features_recompute_from_the_published_series() -> None:
-    runs = load_runs("sim").to_pylist()
-    for row in random.Random(20).sample(runs, 5):
-        got = features(load_series(row["run_id"], "sim").select(list(SERIES_NAMES)).to_pylist())
+@pytest.mark.parametrize("dataset", PUBLISHED)
+def test_summary_features_recompute_from_the_published_series(dataset: str) -> None:
+    runs = load_runs(dataset).to_pylist()
+    for row in random.Random(20).sample(runs, min(len(runs), 12)):
+        got = features(load_series(row["run_id"], dataset).select(list(SERIES_NAMES)).to_pylist())
         wrong = {k: (v, row[k]) for k, v in got.items() if not close(v, row[k])}
         assert not wrong, f"{row['run_id']}: {wrong}"
         assert got["cpu_seconds"] and got["cpu_seconds"] > 0  # the host side is real even in the dry run
@@ -159,3 +166,20 @@ def test_convert_takes_a_resumed_copy_once_and_refuses_conflicting_runs(tmp_path
     (tmp_path / "part2" / "runs.jsonl").write_text("\n".join([json.dumps(changed), *lines[1:]]) + "\n")
     with pytest.raises(RecordingError, match="r001-x-c100.*different results"):
         convert([tmp_path / "part1", tmp_path / "part2"], tmp_path / "out" / "y")
+
+
+def test_update_docs_fills_the_markers_with_the_results_and_keeps_the_rest(tmp_path: Path) -> None:
+    gpu_shaped_recording(tmp_path / "rec")
+    convert(tmp_path / "rec", tmp_path / "data" / "h200")
+    doc = tmp_path / "docs" / "open-dataset.md"
+    doc.parent.mkdir()
+    shutil.copy(REPO / "docs" / "open-dataset.md", doc)
+    before = doc.read_text()
+    done = subprocess.run([sys.executable, str(ANALYSIS), "--dataset", "h200", "--root", str(tmp_path / "data"),
+                           "--update-docs", "--doc", str(doc)], capture_output=True, text=True, cwd=REPO, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = doc.read_text()
+    head, tail = before.split("<!-- results:begin", 1)[0], before.split("<!-- results:end -->", 1)[1]
+    assert after.startswith(head) and after.endswith(tail) and "Not recorded yet" not in after
+    assert "Dataset **h200**: 14 runs" in after and "![classes](images/open-dataset/classes.png)" in after
+    assert (doc.parent / "images" / "open-dataset" / "interference.png").is_file()
