@@ -20,15 +20,13 @@ Every byte read is compared with the source.
 
 from __future__ import annotations
 
-import argparse
-import random
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from read_bench import MIB, timed
+from read_bench import arguments, data_sets, timed
 
 from alnair_common.testing.alluxio import start_alluxio
 from alnair_common.testing.redis_cluster import start_redis_node
@@ -53,17 +51,8 @@ def hydrate(url: str, name: str, uri: str, threads: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--small", type=int, default=500, help="16 KiB files")
-    parser.add_argument("--shards", type=int, default=8, help="16 MiB shards")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats (median)")
-    args = parser.parse_args()
-    rng = random.Random(1)
-    sets = {"small files (16 KiB)": {f"s/{i:05d}.jpg": rng.randbytes(16 << 10)
-                                     for i in range(args.small)},
-            "large shards (16 MiB)": {f"l/{i:03d}.tar": rng.randbytes(16 * MIB)
-                                      for i in range(args.shards)}}
+    args = arguments(__doc__, small=500)
+    sets = data_sets(args.small, args.shards)
     with tempfile.TemporaryDirectory() as tmp:
         testbin = locate()
         redis = start_redis_node(testbin, Path(tmp) / "redis", maxmemory="1gb")

@@ -49,18 +49,28 @@ def timed(label: str, paths: list[str], read: Callable[[str], bytes], threads: i
     return label, total / elapsed / 1e6, len(paths) / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(doc: str, *, small: int) -> argparse.Namespace:
+    """The options every read benchmark takes (``small``: the default number of small files)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--small", type=int, default=2000, help="16 KiB files")
+    parser.add_argument("--small", type=int, default=small, help="16 KiB files")
     parser.add_argument("--shards", type=int, default=8, help="16 MiB shards")
-    parser.add_argument("--rounds", type=int, default=3, help="warm/direct/raw repeats (median)")
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats (median)")
+    return parser.parse_args()
+
+
+def data_sets(small: int, shards: int) -> dict[str, dict[str, bytes]]:
+    """Title -> {path: bytes}: many small files (s/...) and a few large shards (l/...)."""
     rng = random.Random(1)
-    sets = {"small files (16 KiB)": {f"s/{i:05d}.jpg": rng.randbytes(16 << 10)
-                                     for i in range(args.small)},
+    return {"small files (16 KiB)": {f"s/{i:05d}.jpg": rng.randbytes(16 << 10)
+                                     for i in range(small)},
             "large shards (16 MiB)": {f"l/{i:03d}.tar": rng.randbytes(16 * MIB)
-                                      for i in range(args.shards)}}
+                                      for i in range(shards)}}
+
+
+def main() -> None:
+    args = arguments(__doc__, small=2000)
+    sets = data_sets(args.small, args.shards)
     with tempfile.TemporaryDirectory() as tmp:
         testbin = locate()
         s3 = start_s3(testbin, Path(tmp) / "s3")
