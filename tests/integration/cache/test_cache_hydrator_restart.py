@@ -1,4 +1,5 @@
-"""The hydrator killed (SIGKILL) half-way through a data set, then started again."""
+"""The hydrator killed (SIGKILL) half-way through a data set, then started again, on Redis
+and on Alluxio."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from cache_support import assert_consistent, stored_chunks, upload, write_dataset
 from hydrator_support import PHASE, add, remove, settled, spec, status
 
 from alnair.v1 import cache_pb2
 from alnair_common import subjects
 from alnair_common.testing import wait_for
-from alnair_dataset import RedisTier, connect
+from alnair_dataset import open_tier
 
 FILES = 40
 SIZE = 256 * 1024 + 17
@@ -25,12 +27,18 @@ def start_hydrator(env: dict[str, str], log_path) -> subprocess.Popen:
                                 stdout=log, stderr=subprocess.STDOUT)
 
 
+@pytest.fixture(params=["redis", "alluxio"])
+def tier_url(request):
+    if request.param == "alluxio":
+        return request.getfixturevalue("alluxio")
+    return request.getfixturevalue("redis_node")().url
+
+
 async def test_a_hydrator_killed_mid_way_resumes_without_losing_or_double_counting(
-        bus, nats_server, redis_node, s3_server, tmp_path):
+        bus, nats_server, tier_url, s3_server, tmp_path):
     files = write_dataset(tmp_path / "gen", files=FILES, size=SIZE)
     bucket = s3_server.make_bucket()
     upload(s3_server.client(), bucket, "shards", files)
-    tier_url = redis_node().url
     env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_CACHE_TIER_URL": tier_url,
            "ALNAIR_CACHE_PREFIX": "t", "ALNAIR_CACHE_S3_ENDPOINT_URL": s3_server.endpoint,
            "ALNAIR_CACHE_STATUS_INTERVAL_SECONDS": "0.02", "ALNAIR_DATA_DIR": str(tmp_path),
@@ -59,7 +67,7 @@ async def test_a_hydrator_killed_mid_way_resumes_without_losing_or_double_counti
     finally:
         first.kill()
     assert seen.phase == PHASE.CACHE_PHASE_HYDRATING
-    tier = RedisTier(connect(tier_url), budget_bytes=1 << 40, prefix="t")
+    tier = open_tier(tier_url, budget_bytes=1 << 40, prefix="t")
     done_at_kill = set(tier.manifest("shards"))
     assert 6 <= len(done_at_kill) < FILES
     assert_consistent(tier)
