@@ -99,6 +99,33 @@ async def test_hot_node_that_does_not_fit_is_not_chosen(nats_server: NatsServer,
         await stop_scheduler(service, task)
 
 
+async def test_a_reader_whose_data_node_is_full_keeps_off_another_data_sets_node(
+        nats_server: NatsServer, bus: Bus) -> None:
+    adapter, seen = Adapter(bus), await Observer.attach(bus)
+    await adapter.inventory("node-hot", 1, 16)  # imagenet's node: too small for the reader
+    await adapter.inventory("node-other", 1, 80)  # coco's node
+    await adapter.inventory("node-z", 1, 80)  # holds nothing
+    await put_status(bus, "imagenet", PHASE.CACHE_PHASE_READY, ["node-hot"])
+    await put_status(bus, "coco", PHASE.CACHE_PHASE_READY, ["node-other"])
+    service, task = await start_scheduler(nats_server.url)
+    try:
+        first = await adapter.pending("coco-reader", 10, 10, annotations=reads("coco"))
+        (d,) = await seen.bound(first)
+        assert d.assignment.node == "node-other"
+        # Cost-saving alone would pack onto node-other, the fullest node that fits; the room
+        # there is coco's readers', and node-z fits as well.
+        reader = await adapter.pending("imagenet-reader", 40, 40, annotations=reads("imagenet"))
+        (d,) = await seen.bound(reader)
+        assert d.assignment.node == "node-z"
+        assert "no card there fits the request" in d.reason
+        # A workload reading nothing hot has no preference at all: packed as usual.
+        plain = await adapter.pending("plain", 10, 10, annotations=reads("never-added"))
+        (d,) = await seen.bound(plain)
+        assert d.assignment.node == "node-z"  # the fullest node now (cost-saving)
+    finally:
+        await stop_scheduler(service, task)
+
+
 async def test_unknown_or_unreadable_data_sets_give_no_preference(nats_server: NatsServer,
                                                                   bus: Bus) -> None:
     adapter, seen = Adapter(bus), await Observer.attach(bus)

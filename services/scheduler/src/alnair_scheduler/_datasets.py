@@ -9,7 +9,8 @@ data sets it is their mean.
 
 The term only reorders: placement filters the cards that fit first, then subtracts
 ``weight × warmth`` from the primary key the profile ranks by (each profile's primary key
-spans 0..1). With weight 1 a node holding all the data beats any node holding none, whatever
+spans 0..1), and adds a quarter of that for nodes hot for *other* data sets (see
+:meth:`DatasetLocations.preference`). With weight 1 a node holding all the data beats any node holding none, whatever
 the profile prefers; a smaller weight lets the profile win when its own difference is larger;
 0 turns the term off. A data set the bucket does not know gives no preference, and the
 reason on the decision says so.
@@ -23,6 +24,11 @@ from enum import StrEnum
 
 from ._cluster import Cluster
 from ._domain import Card, Profile, Workload
+
+# How much a node hot for data sets a workload does not read counts against it, relative to
+# a node holding all of the workload's own data (1): enough to pick a cold node that fits as
+# well, never enough to forgo the workload's own data.
+OTHERS_SHARE = 0.25
 
 
 class CachePhase(StrEnum):
@@ -65,12 +71,15 @@ class DatasetLocations:
 
     def __init__(self) -> None:
         self._by_key: dict[str, DatasetLocation] = {}
+        self._per_node: dict[str, float] | None = None  # node → summed warmth of all data sets
 
     def put(self, location: DatasetLocation) -> None:
         self._by_key[location.key] = location
+        self._per_node = None
 
     def drop(self, key: str) -> None:
         self._by_key.pop(key, None)
+        self._per_node = None
 
     def get(self, key: str) -> DatasetLocation | None:
         return self._by_key.get(key)
@@ -90,6 +99,31 @@ class DatasetLocations:
             for node in loc.nodes:
                 total[node] = total.get(node, 0.0) + loc.warmth
         return {node: w / len(datasets) for node, w in total.items()}
+
+    def preference(self, datasets: Sequence[str], weight: float) -> dict[str, float]:
+        """Node → bonus for a workload reading ``datasets``: ``weight`` × its warmth there,
+        less ``OTHERS_SHARE`` × ``weight`` where data sets it does not read are hot (at most
+        one whole data set's worth), so a reader whose data node is full does not take the
+        room of another data set's readers when a cold node fits as well. Empty when none of
+        ``datasets`` is hot anywhere: no preference at all, not even that avoidance."""
+        own = self.warmth(datasets)
+        if weight <= 0 or not own:
+            return {}
+        if self._per_node is None:
+            self._per_node = {}
+            for loc in self._by_key.values():
+                for node in loc.nodes:
+                    self._per_node[node] = self._per_node.get(node, 0.0) + loc.warmth
+        mine = {k for k in datasets}
+        prefer = {}
+        for node, total in self._per_node.items():
+            own_sum = sum(loc.warmth for k in mine if (loc := self._by_key.get(k)) is not None
+                          and node in loc.nodes)
+            others = min(1.0, max(0.0, total - own_sum))
+            bonus = weight * (own.get(node, 0.0) - OTHERS_SHARE * others)
+            if bonus:
+                prefer[node] = bonus
+        return prefer
 
     def explain(self, datasets: Sequence[str], node: str, fits: Mapping[str, bool],
                 weight: float = 1.0) -> list[str]:

@@ -390,10 +390,9 @@ class Engine:
     def preference(self, w: Workload) -> Mapping[str, float]:
         """Node → data-locality bonus for ``w`` (see ``_datasets``); empty when it reads no
         cached data set, none of them is hot anywhere, or the term is off."""
-        if self.locality_weight <= 0 or not w.datasets:
+        if not w.datasets:
             return {}
-        return {node: self.locality_weight * warmth
-                for node, warmth in self.datasets.warmth(w.datasets).items()}
+        return self.datasets.preference(w.datasets, self.locality_weight)
 
 
     async def _reject_invalid(self, w: Workload, e: InvalidRequestError) -> None:
