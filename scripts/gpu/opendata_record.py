@@ -118,6 +118,14 @@ class Recorder:
             return set()
         return {json.loads(line)["run_id"] for line in path.read_text().splitlines() if line.strip()}
 
+    def forget(self, run_ids: set[str]) -> None:
+        path = self.out / "runs.jsonl"
+        keep = [line for line in path.read_text().splitlines() if line.strip()
+                and json.loads(line)["run_id"] not in run_ids]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(path)
+
     def estimate(self, slot: Slot) -> float:
         prior = slot_estimate(slot, self.o.sim, self.o.scale)
         if not self.slot_times:
@@ -143,6 +151,10 @@ class Recorder:
             raise e2e_share.SetupError(f"{self.out / 'runs.jsonl'} already holds {len(done)} runs: pass --resume "
                                        "to add the missing ones, or a new --out")
         slots = [s for s in self.plan() if not all(r.run_id in done for r in s.runs)]
+        half = {r.run_id for s in slots for r in s.runs if r.run_id in done}
+        if half:  # a pair cut in the middle: its finished half is recorded again beside its partner
+            self.forget(half)
+            self.note(f"--resume: {', '.join(sorted(half))} recorded again (their co-runner was cut off)")
         total = sum(slot_estimate(s, self.o.sim, self.o.scale) for s in slots)
         print(f"opendata: {len(slots)} slots, {sum(len(s.runs) for s in slots)} runs to record, about "
               f"{total:.0f} s of slots (+ start-up and teardown); deadline {self.o.deadline:g} s", flush=True)

@@ -69,12 +69,18 @@ def test_sim_recording_alone_and_shared_then_resume_and_convert(tmp_path: Path) 
     again = record(out, "--only", "r001-cnn-c100")
     assert again.returncode == 2 and "--resume" in again.stderr  # never appends silently
 
-    resumed = record(out, "--resume", "--only", "r001-cnn-c100,r004-pinf-c100")
+    # As if cut off in the middle of the shared slot: one half recorded, its co-runner not.
+    kept = [x for x in (out / "runs.jsonl").read_text().splitlines() if json.loads(x)["run_id"] != "r008-pinf-c50s"]
+    (out / "runs.jsonl").write_text("\n".join(kept) + "\n")
+    resumed = record(out, "--resume", "--only", "r001-cnn-c100,r004-pinf-c100,r007-cnn-c50s")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "1 slots, 1 runs to record" in resumed.stdout
+    assert "2 slots, 3 runs to record" in resumed.stdout  # r001 skipped; the pair again, both halves
     lines = (out / "runs.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["run_id"] for x in lines) == ["r001-cnn-c100", "r004-pinf-c100", "r007-cnn-c50s",
                                                               "r008-pinf-c50s"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["grid_part"] == "rest" and meta["previous"]["grid_part"] == "all"
+    assert any("r007-cnn-c50s recorded again" in n for n in meta["notes"])
 
     published = tmp_path / "published"
     summary = convert(out, published / "dry")
