@@ -156,8 +156,9 @@ class Analysis:
             pts = [(t, u) for t, u in zip(s["t_s"], s["gpu_util_ratio"], strict=True) if u is not None]
             top.plot([p[0] for p in pts], [p[1] for p in pts], label=c, color=f"C{i}")
             cpu = s["cpu_seconds_total"]
-            cores = [(s["t_s"][j], (cpu[j] - cpu[j - 1]) / (s["t_s"][j] - s["t_s"][j - 1]))
-                     for j in range(1, len(cpu)) if cpu[j] is not None and cpu[j - 1] is not None]
+            ts = s["t_s"]
+            cores = [(ts[j], (cpu[j] - cpu[j - 1]) / (ts[j] - ts[j - 1])) for j in range(1, len(cpu))
+                     if cpu[j] is not None and cpu[j - 1] is not None and ts[j] > ts[j - 1]]
             bottom.plot([p[0] for p in cores], [p[1] for p in cores], label=c, color=f"C{i}")
         top.set_ylabel("GPU utilisation (ratio)")
         bottom.set_ylabel("CPU cores")
