@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -429,7 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # teardown is not to be cut short
         rec.write_pending()
-        if not o.list:
+        if o.list:
+            shutil.rmtree(rec.demo.tmp, ignore_errors=True)  # the platform's temp dir, never used
+        else:
             try:
                 rec.demo.teardown()
             finally:
