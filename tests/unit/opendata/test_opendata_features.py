@@ -99,3 +99,15 @@ def test_process_tree_usage_of_this_process() -> None:
     assert here is not None and here["processes"] >= 1 and here["rss_bytes"] > 10 * 2**20
     assert here["cpu_seconds_total"] > 0 and here["threads"] >= 1 and not math.isnan(here["io_read_bytes_total"])
     assert tree_usage(2**22 + 7) is None  # past pid_max: gone
+
+
+def test_the_recorder_imports_where_pyarrow_is_not_installed() -> None:
+    """The GPU machine has no pyarrow: the recorder, the schema and the features must not need it."""
+    import subprocess
+
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.path.insert(0, 'scripts/gpu'); "
+            "import opendata_record; from alnair_opendata import features, SUMMARY; print(len(SUMMARY))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip()) >= 60
