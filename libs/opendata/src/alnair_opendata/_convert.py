@@ -100,8 +100,9 @@ def convert(sources: Path | str | list[Path | str], target: Path | str) -> dict[
             for name, v in zip(SERIES_NAMES, values, strict=True):
                 columns[name].append(v)
     fields = [pa.field("run_id", pa.string(), metadata={"unit": "-"})]
-    fields += [pa.field(c.name, pa.float64(), metadata={"unit": c.unit, "doc": c.doc}) for c in SERIES]
-    schema = pa.schema(fields, metadata={"dataset": "alnair open dataset", "schema": json.dumps(as_doc())})
+    # Units in each field's metadata; names, units and docs of everything in schema.json beside it.
+    fields += [pa.field(c.name, pa.float64(), metadata={"unit": c.unit}) for c in SERIES]
+    schema = pa.schema(fields, metadata={"dataset": "alnair open dataset", "schema": "schema.json"})
     pq.write_table(pa.table(columns, schema=schema), out / "series.parquet", **PARQUET)
     (out / "schema.json").write_text(json.dumps(as_doc(), indent=1) + "\n")
     metas = []
