@@ -130,7 +130,8 @@ class DeviceRecord:
     @property
     def idle(self) -> bool:
         """True when nothing ever happened on this device."""
-        return self == _IDLE_DEVICE
+        # identity first: the reader hands out the one _IDLE_DEVICE for untouched records
+        return self is _IDLE_DEVICE or self == _IDLE_DEVICE
 
 
 _IDLE_DEVICE = DeviceRecord()
@@ -236,8 +237,9 @@ def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
 # A process uses one or two of its 16 device records; the others are as the interceptor
 # leaves them when it takes the slot (all zero but sm_util_percent, "unknown") or all zero,
 # and decode to one value each: they are compared (memcmp), not decoded.
-_UNUSED_RECORDS = {raw: _decode_device(raw, 0) for raw in (
-    bytes(DEVICE_RECORD_BYTES), DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0))}
+_UNUSED_RECORDS = {bytes(DEVICE_RECORD_BYTES): _decode_device(bytes(DEVICE_RECORD_BYTES), 0),
+                   DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0): _IDLE_DEVICE}
+assert _decode_device(DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0), 0) == _IDLE_DEVICE
 
 
 def _device_at(data: bytes | memoryview, offset: int) -> DeviceRecord:
