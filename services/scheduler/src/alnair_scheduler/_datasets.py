@@ -9,9 +9,10 @@ data sets it is their mean.
 
 The term only reorders: placement filters the cards that fit first, then subtracts
 ``weight × warmth`` from the primary key the profile ranks by (each profile's primary key
-spans 0..1), and adds a quarter of that for nodes hot for *other* data sets (see
-:meth:`DatasetLocations.preference`). With weight 1 a node holding all the data beats any node holding none, whatever
-the profile prefers; a smaller weight lets the profile win when its own difference is larger;
+spans 0..1), and adds as much for a node holding none of the workload's data sets but other
+hot ones (see :meth:`DatasetLocations.preference`): another data set's node is the last
+resort. With weight 1 a node holding all the data beats any node holding none, whatever the
+profile prefers; a smaller weight lets the profile win when its own difference is larger;
 0 turns the term off. A data set the bucket does not know gives no preference, and the
 reason on the decision says so.
 """
@@ -25,10 +26,11 @@ from enum import StrEnum
 from ._cluster import Cluster
 from ._domain import Card, Profile, Workload
 
-# How much a node hot for data sets a workload does not read counts against it, relative to
-# a node holding all of the workload's own data (1): enough to pick a cold node that fits as
-# well, never enough to forgo the workload's own data.
-OTHERS_SHARE = 0.25
+# How much a node that holds none of a workload's data but other data sets counts against
+# it, relative to a node holding all of the workload's own data (1): as much, so that under
+# any profile (whose primary keys span 0..1) such a node is taken only when no node without
+# hot data fits. Nodes holding some of the workload's own data are never counted against.
+OTHERS_SHARE = 1.0
 
 
 class CachePhase(StrEnum):
@@ -101,11 +103,12 @@ class DatasetLocations:
         return {node: w / len(datasets) for node, w in total.items()}
 
     def preference(self, datasets: Sequence[str], weight: float) -> dict[str, float]:
-        """Node → bonus for a workload reading ``datasets``: ``weight`` × its warmth there,
-        less ``OTHERS_SHARE`` × ``weight`` where data sets it does not read are hot (at most
-        one whole data set's worth), so a reader whose data node is full does not take the
-        room of another data set's readers when a cold node fits as well. Empty when none of
-        ``datasets`` is hot anywhere: no preference at all, not even that avoidance."""
+        """Node → bonus for a workload reading ``datasets``: ``weight`` × its warmth there;
+        on a node holding none of them, minus ``OTHERS_SHARE`` × ``weight`` × the warmth of
+        the other data sets hot there (at most one data set's worth), so a reader whose data
+        node is full takes a cold node that fits rather than another data set's readers'
+        room. Empty when none of ``datasets`` is hot anywhere: no preference at all, not even
+        that avoidance."""
         own = self.warmth(datasets)
         if weight <= 0 or not own:
             return {}
@@ -114,15 +117,10 @@ class DatasetLocations:
             for loc in self._by_key.values():
                 for node in loc.nodes:
                     self._per_node[node] = self._per_node.get(node, 0.0) + loc.warmth
-        mine = {k for k in datasets}
-        prefer = {}
+        prefer = {node: weight * warmth for node, warmth in own.items()}
         for node, total in self._per_node.items():
-            own_sum = sum(loc.warmth for k in mine if (loc := self._by_key.get(k)) is not None
-                          and node in loc.nodes)
-            others = min(1.0, max(0.0, total - own_sum))
-            bonus = weight * (own.get(node, 0.0) - OTHERS_SHARE * others)
-            if bonus:
-                prefer[node] = bonus
+            if node not in own and total > 0:
+                prefer[node] = -weight * OTHERS_SHARE * min(1.0, total)
         return prefer
 
     def explain(self, datasets: Sequence[str], node: str, fits: Mapping[str, bool],
