@@ -162,3 +162,15 @@ def test_an_unreachable_alluxio_proxy_is_a_temporary_tier_error(tmp_path):
     with pytest.raises(TierUnavailableError, match=r"Alluxio proxy at 127\.0\.0\.1:\d+: .* failed") as e:
         tier.usage()
     assert e.value.temporary
+
+
+def test_a_proxy_without_the_rest_api_is_named_with_the_setting_to_change(alluxio_server, alluxio):
+    """Alluxio 2.9's default proxy serves its v2 S3 servlet in place of the REST paths API."""
+    proxy = alluxio_server.start_proxy("s3v2", {"alluxio.proxy.s3.v2.version.enabled": "true"})
+    try:
+        tier = open_tier(proxy.url + alluxio.removeprefix(alluxio_server.url), budget_bytes=MIB)
+        with pytest.raises(TierUnavailableError,
+                           match="set alluxio.proxy.s3.v2.version.enabled=false"):
+            tier.usage()
+    finally:
+        proxy.stop()

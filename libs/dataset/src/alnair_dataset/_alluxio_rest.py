@@ -29,6 +29,9 @@ from ._errors import InvalidSpecError, TierUnavailableError
 WRITE_TYPES = ("MUST_CACHE", "CACHE_THROUGH", "THROUGH", "ASYNC_THROUGH")
 # Metadata calls never consult the under-storage: the tier's files live in Alluxio only.
 _NO_UFS = {"loadMetadataType": "NEVER"}
+# Calls whose success always has a body (a stream id, JSON); an empty 200 is 2.9's S3 v2
+# servlet answering in the REST API's place.
+_ANSWERING = ("create-file", "open-file", "get-status", "exists", "list-status")
 
 
 class NotFound(Exception):
@@ -100,8 +103,14 @@ class AlluxioRest:
 
     def call(self, path: str, op: str, options: dict | None = None, **params: str) -> Any:
         """``POST /paths/<path>/<op>`` with JSON ``options``; the response."""
-        return self._post(f"{self.base}/paths/{quote(path)}/{op}", f"{op} {path}",
-                          options=options if options is not None else {}, params=params or None)
+        r = self._post(f"{self.base}/paths/{quote(path)}/{op}", f"{op} {path}",
+                       options=options if options is not None else {}, params=params or None)
+        if op in _ANSWERING and not r.content:
+            raise TierUnavailableError(
+                f"Alluxio proxy at {self.where}: {op} answered nothing, so its REST paths API is "
+                "off: set alluxio.proxy.s3.v2.version.enabled=false in the proxy's "
+                "alluxio-site.properties and restart it")
+        return r
 
     # -- files ------------------------------------------------------------------------------
 

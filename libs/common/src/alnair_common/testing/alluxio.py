@@ -33,6 +33,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -101,18 +102,24 @@ class AlluxioServer:
         if json.loads(self.call(path, "exists") or b"false"):
             self.call(path, "delete", {"recursive": True})
 
-    def start_proxy(self, name: str, *, timeout: float = START_TIMEOUT_SECONDS) -> AlluxioServer:
+    def start_proxy(self, name: str, overrides: dict[str, str] | None = None, *,
+                    timeout: float = START_TIMEOUT_SECONDS) -> AlluxioServer:
         """One more proxy on this master and worker, on a port of its own (a test may kill it
-        without harming the session's): the returned server's ``processes`` hold only it."""
+        without harming the session's): the returned server's ``processes`` hold only it.
+        ``overrides``: properties for it alone; a proxy given any is waited for only until
+        its port answers (they may well break writes)."""
         port = free_port()
+        properties = [f"-D{k}={v}" for k, v in (overrides or {}).items()]
         process = ServerProcess(f"alluxio-proxy-{name}", _java_argv(
             self.launcher, self.workdir, "proxy", MAIN_CLASS["proxy"],
-            f"-Dalluxio.proxy.web.port={port}"), self.workdir / "logs" / f"proxy-{name}.out")
+            f"-Dalluxio.proxy.web.port={port}", *properties),
+            self.workdir / "logs" / f"proxy-{name}.out")
         proxy = AlluxioServer(self.host, port, self.master_port, self.workdir, self.launcher,
                               {"proxy": process})
+        ready = (lambda: _listens(proxy)) if overrides else (
+            lambda: _writes(proxy, f"/.alnair-fixture-ready-{name}"))
         try:
-            poll_until(lambda: _writes(proxy, f"/.alnair-fixture-ready-{name}"),
-                       what=f"a write through Alluxio proxy {name}", timeout=timeout)
+            poll_until(ready, what=f"Alluxio proxy {name} on port {port}", timeout=timeout)
         except BaseException:
             process.stop()
             raise
@@ -220,6 +227,12 @@ def _java_argv(launcher: Path, workdir: Path, role: str, main: str,
             f"-Dalluxio.home={workdir}", f"-Dalluxio.conf.dir={conf}",
             f"-Dalluxio.logs.dir={workdir / 'logs'}",
             f"-Dlog4j.configurationFile={conf / 'log4j2.properties'}", *properties, main]
+
+
+def _listens(server: AlluxioServer) -> bool:
+    server.processes["proxy"].check_alive()
+    with socket.create_connection((server.host, server.proxy_port), timeout=0.5):
+        return True
 
 
 def _writes(server: AlluxioServer, path: str) -> bool:
