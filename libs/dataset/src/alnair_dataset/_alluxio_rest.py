@@ -3,12 +3,17 @@
 Why this API: it is what the open-source 2.9 proxy serves and what reaches the master's
 namespace semantics the tier relies on: ``create-file`` fails if the file exists, and
 ``rename`` fails if the destination exists, atomically in the master. The proxy's S3 API
-has neither (a PUT overwrites; there is no rename), and measured on loopback it reads a
-1 MiB chunk no faster (the proxy itself is the bottleneck, not the three calls of a
-REST read). The ``alluxio-python-library`` package speaks only the worker HTTP API of
-Alluxio 3.x (not open source), and the older ``alluxio`` 0.1.x client wraps this same REST
-API without connection reuse between threads; plain ``requests`` sessions, one per thread,
-keep connections alive and are all it takes.
+has neither (a PUT overwrites; there is no rename). Its GetObject is one call where a REST
+read is three (open-file, read, close), yet measured on loopback only 15–38 % faster
+(docs/benchmarks.md, "Alluxio tier": the proxy's hops to master and worker dominate), not
+enough to speak two APIs or to make boto3 a dependency of every reader.
+
+Why no Alluxio client library: ``alluxio-python-library`` (and ``alluxio`` 1.0.0, which PyPI
+describes word for word alike) speaks only the worker HTTP API of Alluxio 3.x, which is not
+open source and which 2.9 does not have. The older ``alluxio`` 0.1.x (Alluxio/alluxio-py,
+written for Python 2.7) wraps this same REST API with ``requests``; the tier needs a
+dozen of its calls, so it makes them itself with a ``requests`` session per thread, which
+keeps connections alive.
 
 The proxy must run with ``alluxio.proxy.s3.v2.version.enabled=false``: 2.9's second S3
 servlet otherwise takes every path under ``/api/v1`` and this API answers empty 200s.
