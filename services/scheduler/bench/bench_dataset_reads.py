@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=2000, help="files of 64 KiB (images)")
     parser.add_argument("--shards", type=int, default=16, help="shards of 8 MiB")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rtt-ms", type=float, nargs="+", default=[0.2, 1.0],
+    parser.add_argument("--rtt-ms", type=float, nargs="+", default=[0.0, 0.2, 1.0],
                         help="added round trip of each simulated hop (one remote tier each)")
     parser.add_argument("--gbps", type=float, default=10.0, help="the hop's link, Gbit/s")
     args = parser.parse_args()
