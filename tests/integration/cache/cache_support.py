@@ -73,6 +73,8 @@ def assert_consistent(tier: Tier) -> None:
     chunks = stored_chunks(tier)
     if isinstance(tier, AlluxioTier):
         sizes = _alluxio_names(tier, "chunks")
+        unpinned = [e["name"] for e in tier.rest.list(f"{tier.root}/chunks") if not e["pinned"]]
+        assert not unpinned, f"chunks a full worker may evict: {unpinned}"
         assert tier.usage().stored_bytes == sum(sizes.values())
         assert tier.usage().chunks == len(chunks)
         assert all(refs for refs in chunks.values()), "a stored chunk nobody references"

@@ -10,7 +10,10 @@ into one path component, which never starts with ``+``, so ``+``-names are the t
   chunk sees it as new, a chunk is never visible half-written, and a writer killed
   mid-chunk leaves only a ``+tmp+`` file (swept by :meth:`AlluxioTier.release` after an hour).
   Usage is the sum of the chunk files' lengths, listed: exact by construction, no counter
-  to keep in step.
+  to keep in step. The directory is pinned (its new files inherit the pin), because a full
+  2.9 worker evicts unpinned blocks, even of MUST_CACHE files, and a manifest would then
+  list chunks whose bytes are gone: with the pin, a full worker refuses the write instead
+  (the tier's budget should stay below the workers' memory, as Redis runs with noeviction).
 * ``R/refs/<id>/q(dataset)`` one empty directory per referencing data set (making it twice
   is making it once, in one call: a directory is the cheapest marker the REST API makes).
 * ``R/datasets/q(dataset)/``: ``journal/<id>`` markers (made *before* the reference, as in
@@ -86,6 +89,7 @@ class AlluxioTier:
         self._client = secrets.token_hex(6)  # names this client's temporary and probe files
         self._counter = itertools.count()
         self._pool = ThreadPoolExecutor(PARALLEL_CALLS, thread_name_prefix="alnair-alluxio")
+        self._pinned = False
 
     @classmethod
     def from_url(cls, url: str, *, budget_bytes: int, prefix: str = "alnair",
@@ -171,6 +175,10 @@ class AlluxioTier:
         if not journaled:  # else ref_existing just journaled, referenced and found it absent
             if self.ref_existing(dataset, chunk):
                 return False
+        if not self._pinned:  # before this client's first chunk (see the module docstring)
+            self.rest.mkdirs(f"{self.root}/chunks")
+            self.rest.call(f"{self.root}/chunks", "set-attribute", {"pinned": True})
+            self._pinned = True
         tmp = self._tmp_beside(self._chunk(chunk))
         self.rest.write_new(tmp, data)
         try:
