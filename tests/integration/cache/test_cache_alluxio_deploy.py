@@ -32,11 +32,14 @@ def named(docs: list[dict], kind: str, name: str) -> dict:
     return doc
 
 
-def test_the_overlay_points_the_hydrator_at_the_proxy_of_the_pinned_alluxio():
+def test_the_overlay_points_the_hydrator_and_the_pods_at_the_proxy_of_the_pinned_alluxio():
     docs = rendered()
     hydrator = named(docs, "Deployment", "alnair-cache-hydrator")
     env = {e["name"]: e.get("value") for e in hydrator["spec"]["template"]["spec"]["containers"][0]["env"]}
     host, port = re.fullmatch(r"alluxio://([\w.-]+):(\d+)", env["ALNAIR_CACHE_TIER_URL"]).groups()
+    webhook = named(docs, "Deployment", "alnair-admission-webhook")
+    handed = {e["name"]: e.get("value") for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert handed["ALNAIR_POD_TIER_URL"] == env["ALNAIR_CACHE_TIER_URL"], "pods read where the hydrator writes"
     service = named(docs, "Service", host.split(".")[0])
     (service_port,) = service["spec"]["ports"]
     assert service_port["port"] == int(port)
