@@ -62,9 +62,11 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{ISO8601} %-5p %c{1} - %m%n
 rootLogger.level = info
 rootLogger.appenderRef.console.ref = console
-# one line per proxy request otherwise
+# one line (or more) per proxy request otherwise
 logger.access.name = alluxio.web.ProxyWebServer
 logger.access.level = warn
+logger.requests.name = alluxio.proxy.s3.logging
+logger.requests.level = warn
 """
 
 
