@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from alnair_common.crds import custom_resource_definition, rule
+
 from ._job_codec import API_VERSION, KIND
 from ._job_spec import (
     MAX_COMPUTE_PERCENT,
@@ -48,24 +50,20 @@ def _seconds(what: str, *, positive: bool = False) -> dict[str, Any]:
     return schema
 
 
-def _rule(rule: str, message: str) -> dict[str, str]:
-    return {"rule": rule, "message": message}
-
-
 def spec_schema() -> dict[str, Any]:
     launchers = [launcher.value for launcher in Launcher]
     return {
         "type": "object",
         "required": ["command", "minReplicas", "worker"],
         "x-kubernetes-validations": [
-            _rule("!has(self.launcher) || self.launcher != 'horovod'",
+            rule("!has(self.launcher) || self.launcher != 'horovod'",
                   "launcher horovod is not supported: Horovod is unmaintained upstream and does not "
                   "build against current PyTorch; use torch-elastic (or torch for a fixed size)"),
-            _rule("!has(self.launcher) || self.launcher in " + str(launchers),
+            rule("!has(self.launcher) || self.launcher in " + str(launchers),
                   f"unknown launcher; use one of {', '.join(launchers)}"),
-            _rule("!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+            rule("!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
                   "minReplicas is more than maxReplicas; set minReplicas <= maxReplicas"),
-            _rule("!has(self.launcher) || self.launcher != 'torch' || "
+            rule("!has(self.launcher) || self.launcher != 'torch' || "
                   "(has(self.maxReplicas) ? self.maxReplicas : self.minReplicas) == self.minReplicas",
                   "launcher torch runs a fixed world size: set minReplicas == maxReplicas or use "
                   "torch-elastic"),
@@ -88,7 +86,7 @@ def spec_schema() -> dict[str, Any]:
                     "gpus": _int(1, MAX_WHOLE_GPUS, "Whole GPUs instead of a share"),
                 },
                 "x-kubernetes-validations": [
-                    _rule("has(self.gpus) ? !has(self.gpuMemoryGiB) && !has(self.gpuComputePercent) "
+                    rule("has(self.gpus) ? !has(self.gpuMemoryGiB) && !has(self.gpuComputePercent) "
                           ": has(self.gpuMemoryGiB) && has(self.gpuComputePercent)",
                           "set either gpus (whole cards) or both gpuMemoryGiB and gpuComputePercent "
                           "(a share of one card)"),
@@ -104,7 +102,7 @@ def spec_schema() -> dict[str, Any]:
                     "maxBackoffSeconds": _seconds("The doubling stops here"),
                 },
                 "x-kubernetes-validations": [
-                    _rule("!has(self.backoffSeconds) || !has(self.maxBackoffSeconds) || "
+                    rule("!has(self.backoffSeconds) || !has(self.maxBackoffSeconds) || "
                           "self.maxBackoffSeconds >= self.backoffSeconds",
                           "maxBackoffSeconds is less than backoffSeconds"),
                 ],
@@ -172,37 +170,10 @@ def training_job_crd() -> dict[str, Any]:
     spec = spec_schema()
     spec["x-kubernetes-validations"] = [
         *spec["x-kubernetes-validations"],
-        _rule("self == oldSelf", "spec is immutable: delete the TrainingJob and create it again to "
+        rule("self == oldSelf", "spec is immutable: delete the TrainingJob and create it again to "
               "change it (the running workers' torchrun commands carry minReplicas:maxReplicas); "
               "`alnair job scale` changes the world size within the range"),
     ]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP, "scope": "Namespaced",
-            "names": {"plural": PLURAL, "singular": "trainingjob", "kind": KIND,
-                      "shortNames": ["tj"]},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p}
-                                             | ({"priority": priority} if priority else {})
-                                             for n, t, p, priority in columns],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "required": ["spec"],
-                    # The name becomes pod names, label values and a bus subject token.
-                    "x-kubernetes-validations": [
-                        _rule("size(self.metadata.name) <= 63 && "
-                              "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
-                              "metadata.name must be a DNS-1123 label: at most 63 lower-case "
-                              "letters, digits and '-', starting and ending alphanumeric"),
-                    ],
-                    "properties": {"spec": spec, "status": status_schema()},
-                }},
-            }],
-        },
-    }
-
+    return custom_resource_definition(
+        group=GROUP, version=VERSION, kind=KIND, plural=PLURAL, singular="trainingjob",
+        short_names=["tj"], columns=columns, spec=spec, status=status_schema())

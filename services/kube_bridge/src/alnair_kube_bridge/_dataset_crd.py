@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from alnair_common.crds import custom_resource_definition, rule
+
 GROUP, VERSION, PLURAL, KIND = "alnair.centaurus.io", "v1", "datasets", "Dataset"
 API_VERSION = f"{GROUP}/{VERSION}"
 TIERS = ("redis", "alluxio")
@@ -32,12 +34,7 @@ MAX_SOURCE_LENGTH, MAX_REPLICAS = 4096, 16
 S3_SOURCE = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 FILE_SOURCE = r"^file:///.*$"
 # The hydrator's name rule and a DNS-1123 label at once (alnair_common.dataset_refs.check_name).
-NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 PHASES = ("Pending", "Hydrating", "Ready", "Failed", "Evicted", "Removed")
-
-
-def _rule(rule: str, message: str) -> dict[str, str]:
-    return {"rule": rule, "message": message}
 
 
 def _patterns(what: str) -> dict[str, Any]:
@@ -60,7 +57,7 @@ def spec_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["source"],
         "x-kubernetes-validations": [
-            _rule(immutable, "spec.source, include, exclude and tier are immutable (pods read the "
+            rule(immutable, "spec.source, include, exclude and tier are immutable (pods read the "
                   "data set by name; its bytes do not change under them): delete the Dataset and "
                   "create it again, or create another one; pin and replicas may change"),
         ],
@@ -72,14 +69,14 @@ def spec_schema() -> dict[str, Any]:
                                "file:///absolute/path (a local or NFS-mounted directory on the "
                                "hydrator's nodes)",
                 "x-kubernetes-validations": [
-                    _rule("self.startsWith('s3://') || self.startsWith('file:///')",
+                    rule("self.startsWith('s3://') || self.startsWith('file:///')",
                           "spec.source must be s3://bucket[/prefix] or file:///absolute/path "
                           "(e.g. s3://training-data/imagenet or file:///mnt/nfs/imagenet)"),
-                    _rule(f"!self.startsWith('s3://') || self.matches('{S3_SOURCE}')",
+                    rule(f"!self.startsWith('s3://') || self.matches('{S3_SOURCE}')",
                           "spec.source: the S3 bucket name must be 3 to 63 lower-case letters, "
                           "digits, '.' or '-', starting and ending with a letter or digit "
                           "(s3://bucket[/prefix])"),
-                    _rule("!self.matches('(^|/)[.][.](/|$)')",
+                    rule("!self.matches('(^|/)[.][.](/|$)')",
                           "spec.source must not contain '..' path segments: name the directory "
                           "itself"),
                 ],
@@ -151,34 +148,8 @@ def dataset_crd() -> dict[str, Any]:
                ("Reason", "string", ".status.reason", 1),
                ("Source", "string", ".spec.source", 1),
                ("Age", "date", ".metadata.creationTimestamp", 0)]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP, "scope": "Namespaced",
-            # No short name: "ds" is kubectl's for DaemonSets.
-            "names": {"plural": PLURAL, "singular": "dataset", "kind": KIND},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p}
-                                             | ({"priority": priority} if priority else {})
-                                             for n, t, p, priority in columns],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "required": ["spec"],
-                    # The name is what pods name in ai.centaurus.io/dataset, a bus subject
-                    # token and the hydrator's key.
-                    "x-kubernetes-validations": [
-                        _rule(f"size(self.metadata.name) <= 63 && "
-                              f"self.metadata.name.matches('{NAME}')",
-                              "metadata.name must be a DNS-1123 label: at most 63 lower-case "
-                              "letters, digits and '-', starting and ending alphanumeric (the "
-                              "name pods give in ai.centaurus.io/dataset)"),
-                    ],
-                    "properties": {"spec": spec_schema(), "status": status_schema()},
-                }},
-            }],
-        },
-    }
+    # No short name: "ds" is kubectl's for DaemonSets.
+    return custom_resource_definition(
+        group=GROUP, version=VERSION, kind=KIND, plural=PLURAL, singular="dataset",
+        columns=columns, spec=spec_schema(), status=status_schema(),
+        name_note="the name pods give in ai.centaurus.io/dataset")
