@@ -57,12 +57,13 @@ PUBLIC: dict[str, list[str]] = {
         "CapacityError",
         "DatasetEnvironment", "DatasetError", "DatasetFileSystem", "DatasetFootprint", "DatasetReader",
         "DirectoryTier",
-        "FileEntry", "InvalidSpecError", "LocalSource", "NoSuchBucketError", "PathNotAllowedError",
+        "FileEntry", "InvalidSpecError", "LocalSource", "MountError", "NoSuchBucketError",
+        "PathNotAllowedError",
         "ReadStats", "RedisTier", "S3Source", "Source", "SourceChangedError", "SourceError",
         "SourceFile", "SourceUnreachableError", "StoreResult", "TierUnavailableError", "TierUsage",
         "chunk_id", "connect", "content_defined_chunks", "dataset_environment", "dataset_variable",
-        "fixed_chunks", "gib", "loader_options",
-        "open_source", "open_tier", "selected", "store_file"
+        "fixed_chunks", "gib", "is_mounted", "loader_options", "mount",
+        "open_source", "open_tier", "selected", "spawn_mount", "store_file", "unmount"
     ],
     "alnair_admission_webhook": [
         "AdmissionServer", "AdmissionWebhookError", "AdmissionWebhookService",

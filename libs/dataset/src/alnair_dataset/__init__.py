@@ -5,6 +5,9 @@ Few dependencies on purpose (redis, fsspec; boto3 for s3:// sources, requests fo
 arbitrary training images and knows nothing of the platform's bus. The hydrator service
 uses the same tier code to write what readers read.
 
+``mount`` (the ``[mount]`` extra, libfuse from the OS) presents data sets as a read-only
+file tree, for code that opens paths.
+
 Errors: every exception is a :class:`DatasetError`; its ``reason`` is the code a
 CacheDatasetStatus carries and ``temporary`` says whether retrying can help.
 """
@@ -26,6 +29,7 @@ from ._errors import (
 )
 from ._filesystem import DatasetFileSystem
 from ._manifest import FileEntry
+from ._mount import MountError, is_mounted, mount, spawn_mount, unmount
 from ._open import open_tier
 from ._reader import DatasetEnvironment, DatasetReader, ReadStats, dataset_environment, dataset_variable
 from ._redis_tier import RedisTier, connect
@@ -51,6 +55,7 @@ __all__ = [
     "FileEntry",
     "InvalidSpecError",
     "LocalSource",
+    "MountError",
     "NoSuchBucketError",
     "PathNotAllowedError",
     "ReadStats",
@@ -71,9 +76,13 @@ __all__ = [
     "dataset_variable",
     "fixed_chunks",
     "gib",
+    "is_mounted",
     "loader_options",
+    "mount",
     "open_source",
     "open_tier",
     "selected",
+    "spawn_mount",
     "store_file",
+    "unmount",
 ]
