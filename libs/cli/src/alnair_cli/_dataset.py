@@ -1,4 +1,4 @@
-"""``alnair dataset add/ls/rm`` and what ``alnair run --dataset`` hands the workload.
+"""``alnair dataset add/ls/rm/mount/umount`` and what ``alnair run --dataset`` hands the workload.
 
 The CLI never touches the tier: it asks the cache hydrator on ``alnair.cache.requests``
 and follows the answer in the ``cache_datasets`` bucket (the status that names its request
@@ -258,6 +258,60 @@ def rm(
     out.print(f"{name}: removed")
 
 
+@dataset_app.command("mount")
+def mount(
+    name: Annotated[str, typer.Argument(help="The data set to mount.")],
+    mountpoint: Annotated[Path, typer.Argument(help="An empty directory.")],
+    background: Annotated[bool, typer.Option(
+        help="Return once mounted; unmount with `alnair dataset umount MOUNTPOINT`.")] = False,
+    allow_other: Annotated[bool, typer.Option(help="Let other users read it.")] = False,
+    data_dir: DataDir = default_data_dir(),
+    nats_url: NatsUrl = None,
+) -> None:
+    """Mount a data set read-only (FUSE), so code that opens files reads through the cache.
+
+    Runs until interrupted (Ctrl-C) or unmounted, unless --background. Reads come from the
+    platform's tier, and from the source for what is not cached (written back)."""
+    from alnair_dataset import DatasetError, spawn_mount
+    from alnair_dataset import mount as mount_dataset
+
+    target = resolve_nats(data_dir, nats_url)
+    try:
+        env = dataset_environment(known_dataset(target, name, "mount"), data_dir)
+        options = {"tier_url": env["ALNAIR_CACHE_TIER_URL"], "source": env["ALNAIR_DATASET_SOURCE"],
+                   "prefix": env["ALNAIR_CACHE_PREFIX"], "allow_other": allow_other}
+        if background:
+            pid, log = spawn_mount([name], mountpoint, **options)
+            out.print(f"{name}: mounted on {mountpoint.resolve()} (pid {pid}, log {log}); "
+                      f"`alnair dataset umount {mountpoint}` to unmount", highlight=False)
+            return
+        err.print(f"{name}: mounting on {mountpoint.resolve()}; Ctrl-C to unmount",
+                  highlight=False)
+        mount_dataset([name], mountpoint, **options)
+    except DatasetCommandError as e:
+        raise fail(str(e), 2) from e
+    except DatasetError as e:
+        raise fail(f"alnair dataset mount: {e}", 2) from e
+    except AlnairError as e:
+        raise fail(f"alnair dataset mount: {e}") from e
+    except KeyboardInterrupt:
+        pass
+
+
+@dataset_app.command("umount")
+def umount(
+    mountpoint: Annotated[Path, typer.Argument(help="Where `alnair dataset mount` mounted it.")],
+) -> None:
+    """Unmount a data set mounted with `alnair dataset mount`."""
+    from alnair_dataset import DatasetError, unmount
+
+    try:
+        unmount(mountpoint)
+    except DatasetError as e:
+        raise fail(f"alnair dataset umount: {e}", 2) from e
+    out.print(f"{mountpoint.resolve()}: unmounted", highlight=False)
+
+
 # -- alnair run --dataset ----------------------------------------------------------------------
 
 
@@ -281,15 +335,21 @@ def dataset_environment(status: cache_pb2.CacheDatasetStatus, data_dir: Path) ->
             "ALNAIR_CACHE_PREFIX": os.environ.get("ALNAIR_CACHE_PREFIX", "alnair")}
 
 
-def with_dataset(request: RunRequest, target: BusTarget, name: str,
-                 data_dir: Path) -> DatasetRunRequest:
-    """``request`` plus the data set's environment; DatasetCommandError if it is unknown."""
+def known_dataset(target: BusTarget, name: str, what: str) -> cache_pb2.CacheDatasetStatus:
+    """The status of data set ``name``; DatasetCommandError (naming ``what`` asked) if unknown."""
     async def lookup(bus: Bus) -> cache_pb2.CacheDatasetStatus | None:
         return await _status(await _bucket(bus), name)
 
     status = _on_bus(target, lookup)
     if status is None:
-        raise DatasetCommandError(f"--dataset {name!r}: no such data set; add it first with "
+        raise DatasetCommandError(f"{what} {name!r}: no such data set; add it first with "
                                   f"`alnair dataset add {name} SOURCE`")
+    return status
+
+
+def with_dataset(request: RunRequest, target: BusTarget, name: str,
+                 data_dir: Path) -> DatasetRunRequest:
+    """``request`` plus the data set's environment; DatasetCommandError if it is unknown."""
+    status = known_dataset(target, name, "--dataset")
     return DatasetRunRequest(request.command, request.memory_gib, request.compute_percent,
                              request.name, request.uid, dataset_environment(status, data_dir))

@@ -232,15 +232,15 @@ def check_mountpoint(mountpoint: str | os.PathLike[str]) -> str:
     if os.listdir(path):
         raise MountError(f"mount point {path} is not empty: the mount would hide its files; "
                          "choose an empty directory")
-    if not os.path.exists(FUSE_DEVICE):
-        raise MountError(f"no FUSE device {FUSE_DEVICE}: load the kernel module (modprobe fuse) "
-                         "or, in a container, give it the device (--device /dev/fuse) and "
-                         "CAP_SYS_ADMIN")
     return path
 
 
 def _fuse() -> Any:
-    """mfusepy's FUSE class, or MountError naming what to install."""
+    """mfusepy's FUSE class, or MountError naming the missing device or what to install."""
+    if not os.path.exists(FUSE_DEVICE):
+        raise MountError(f"no FUSE device {FUSE_DEVICE}: load the kernel module (modprobe fuse) "
+                         "or, in a container, give it the device (--device /dev/fuse) and "
+                         "CAP_SYS_ADMIN")
     try:
         import mfusepy
     except ImportError as e:
@@ -280,9 +280,14 @@ def mount(names: Sequence[str], mountpoint: str | os.PathLike[str], *,
     (``fusermount -u``, SIGINT or SIGTERM). MountError/DatasetError before mounting if the
     mount point, the FUSE device, libfuse or a data set will not do."""
     path = check_mountpoint(mountpoint)
-    fuse = _fuse()
     readers = open_readers(names, tier_url=tier_url, source=source, prefix=prefix)
-    operations = DatasetOperations(readers)
+    try:
+        fuse = _fuse()
+        operations = DatasetOperations(readers)
+    except BaseException:
+        for reader in readers.values():
+            reader.close()
+        raise
     options: dict[str, Any] = {"fsname": "alnair:" + ",".join(names), "subtype": "alnair",
                                "ro": True, "kernel_cache": True, "attr_timeout": 60,
                                "entry_timeout": 60}
