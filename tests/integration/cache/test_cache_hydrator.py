@@ -8,6 +8,8 @@ from cache_support import MIB, assert_consistent, stored_chunks, upload, write_d
 from hydrator_support import PHASE, ErrorEvents, add, remove, running, settings, settled, spec, status
 from prometheus_client import generate_latest
 
+from alnair.v1 import cache_pb2
+from alnair_common import subjects
 from alnair_common.testing import wait_for
 from alnair_dataset import DatasetReader, open_tier
 
@@ -124,8 +126,19 @@ async def test_bad_input_gets_a_clear_reason_and_the_service_keeps_running(
         small = write_dataset(allowed / "small", files=1, size=100_000)
         ok = await settled(bus, "small", await add(bus, spec("small", f"file://{allowed}/small")))
         assert ok.phase == PHASE.CACHE_PHASE_READY and ok.cached_bytes == len(next(iter(small.values())))
-        await add(bus, spec("small", f"file://{allowed}/good", owner="mallory"))
+        answers: list[cache_pb2.CacheDatasetStatus] = []
+
+        async def on_status(_subject: str, m: cache_pb2.CacheDatasetStatus) -> None:
+            answers.append(m)
+        await bus.subscribe(subjects.cache_status("small"), cache_pb2.CacheDatasetStatus, on_status)
+        clash = await add(bus, spec("small", f"file://{allowed}/good", owner="mallory"))
         await errors.matching("data set 'small' already exists with other data")
+        # the refusal is answered on the status subject, with the request id and the asked-for
+        # source, so the asker can show it; the bucket keeps the data set that is there
+        [refusal] = await wait_for(lambda: _true([a for a in answers if a.request_id == clash]),
+                                   what="the refusal answered on the status subject")
+        assert (refusal.phase, refusal.reason) == (PHASE.CACHE_PHASE_FAILED, "invalid-spec")
+        assert refusal.source == f"file://{allowed}/good" and "already exists" in refusal.message
         again = await status(bus, "small")
         assert again.phase == PHASE.CACHE_PHASE_READY and again.source == f"file://{allowed}/small"
         fixed = await settled(bus, "outside", await add(bus, spec("outside", f"file://{allowed}/small")))
@@ -223,3 +236,7 @@ async def test_a_data_set_lost_with_its_redis_is_hydrated_again_when_added(
                 assert reader.stats.misses == 0
         finally:
             fresh.process.stop()
+
+
+async def _true(value):
+    return value or None

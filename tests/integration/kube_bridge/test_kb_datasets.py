@@ -259,6 +259,26 @@ async def test_a_failed_hydration_shows_its_reason_and_fix(
     assert conditions(status)["Hydrating"] == ("False", "PathNotAllowed")
 
 
+async def test_a_dataset_whose_name_holds_other_data_shows_the_hydrators_refusal(
+        datasets: Datasets, kube: KubeNamespace, bus: Bus, bridge_kubeconfig: Path, start_bridge,
+        hydrator: Path) -> None:
+    """Someone added ns/shared on the bus (as `alnair dataset add` would) from one directory;
+    a Dataset of that name with another source is refused by the hydrator, and the object says
+    why instead of staying Pending; the other data set is untouched."""
+    write_files(hydrator / "theirs", {"a.bin": 1000})
+    write_files(hydrator / "mine", {"b.bin": 2000})
+    theirs = hs.spec("shared", f"file://{hydrator}/theirs", namespace=kube.namespace, owner="bob")
+    await hs.settled(bus, f"{kube.namespace}.shared", await hs.add(bus, theirs))
+    await start_bridge(bridge_kubeconfig)
+    datasets.create("shared", {"source": f"file://{hydrator}/mine"})
+    failed = await datasets.wait_status("shared", lambda s: s.get("phase") == "Failed", "Failed")
+    status = failed["status"]
+    assert status["reason"] == "invalid-spec" and "already exists with other data" in status["message"]
+    kept = await hs.status(bus, f"{kube.namespace}.shared")
+    assert kept is not None and kept.phase == hs.PHASE.CACHE_PHASE_READY
+    assert kept.source == f"file://{hydrator}/theirs"
+
+
 # -- reports as the hydrator publishes them --------------------------------------------------------
 
 

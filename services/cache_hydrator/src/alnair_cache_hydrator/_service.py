@@ -90,9 +90,23 @@ class CacheHydratorService(Service):
     async def _on_request(self, _subject: str, message: cache_pb2.CacheDatasetRequest) -> None:
         request = request_from_proto(message)
         if isinstance(request, AddRequest):
-            await self._add(request)
+            try:
+                await self._add(request)
+            except InvalidRequestError as e:
+                await self._refuse(request, str(e))
+                raise  # and the error event, as for every refused request
         else:
             await self._remove(request)
+
+    async def _refuse(self, request: AddRequest, why: str) -> None:
+        """Answer a refused add on the data set's status subject, with its request id and the
+        spec it asked for, so the asker (a Dataset object, through kube-bridge) can show why.
+        Only published: the bucket keeps the data set that is there."""
+        assert self.bus is not None
+        answer = DatasetStatus(request.spec, Phase.FAILED, request.request_id, message=why,
+                               reason="invalid-spec")
+        with contextlib.suppress(BusUnavailableError):
+            await self.bus.publish(subjects.cache_status(request.spec.key), answer.to_proto())
 
     async def _add(self, request: AddRequest) -> None:
         spec = request.spec
