@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -288,7 +289,7 @@ def mount(names: Sequence[str], mountpoint: str | os.PathLike[str], *,
         for reader in readers.values():
             reader.close()
         raise
-    options: dict[str, Any] = {"fsname": "alnair:" + ",".join(names), "subtype": "alnair",
+    options: dict[str, Any] = {"fsname": "alnair:" + "+".join(names), "subtype": "alnair",
                                "ro": True, "kernel_cache": True, "attr_timeout": 60,
                                "entry_timeout": 60}
     if allow_other:
@@ -323,21 +324,41 @@ def spawn_mount(names: Sequence[str], mountpoint: str | os.PathLike[str], *,
             command += [flag, value]
     if allow_other:
         command.append("--allow-other")
-    with open(log_path, "ab") as out:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                 env=dict(os.environ if env is None else env),
-                                 start_new_session=True)
+    launched = subprocess.run([sys.executable, "-c", _LAUNCH, log_path, *command],
+                              capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ if env is None else env))
+    if launched.returncode != 0:
+        raise MountError(f"could not start the mount process: {launched.stderr.strip()}")
+    pid = int(launched.stdout)
     deadline = time.monotonic() + timeout
     while not is_mounted(path):
-        if child.poll() is not None:
+        if not _running(pid):
             tail = Path(log_path).read_text(errors="replace").strip().splitlines()[-5:]
-            raise MountError(f"the mount process exited ({child.returncode}) before mounting "
-                             f"{path}: " + " | ".join(tail))
+            raise MountError(f"the mount process exited before mounting {path}: "
+                             + " | ".join(tail))
         if time.monotonic() > deadline:
-            child.terminate()
+            os.kill(pid, signal.SIGTERM)
             raise MountError(f"{path} not mounted within {timeout:.0f} s (log: {log_path})")
         time.sleep(0.05)
-    return child.pid, log_path
+    return pid, log_path
+
+
+# Started by spawn_mount and gone at once, so the mount process is nobody's child (as after
+# daemon(3)): it outlives the caller and no Popen object of the caller waits for it.
+_LAUNCH = ("import subprocess, sys\n"
+           "with open(sys.argv[1], 'ab') as log:\n"
+           "    child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log,\n"
+           "                             stderr=subprocess.STDOUT, start_new_session=True)\n"
+           "print(child.pid)\n"
+           "child.returncode = 0  # not waited for, on purpose\n")
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no longer does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def unmount(mountpoint: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
