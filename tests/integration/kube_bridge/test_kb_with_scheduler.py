@@ -1,6 +1,6 @@
 """kube-bridge with the real scheduler (a subprocess) on the test plane: a pod that names
-alnair-scheduler is placed on a kwok node's card and runs; an impossible one gets a
-FailedScheduling Event recorded through the bridge."""
+alnair-scheduler is placed on a kwok node's card and runs, with a Scheduled Event that says why;
+an impossible one gets a FailedScheduling Event recorded through the bridge."""
 
 from __future__ import annotations
 
@@ -45,6 +45,15 @@ async def test_scheduler_and_bridge_place_a_pod(
         assert running.spec.node_name == node
         assignment = json.loads(running.metadata.annotations["ai.centaurus.io/gpu-assignment"])
         assert assignment["gpuUuid"] == "GPU-kwok-0" and assignment["memoryGib"] == 40
+
+        async def scheduled():  # the scheduler's why, where `kubectl describe pod` shows it
+            events = kube.core.list_namespaced_event(kube.namespace).items
+            return [e for e in events if e.involved_object.name == "placed" and e.reason == "Scheduled"]
+        [event] = await wait_for(scheduled, timeout=30, what="Scheduled event")
+        assert event.type == "Normal" and event.involved_object.uid == running.metadata.uid
+        assert f"to {node} (GPU GPU-kwok-0, 40 GiB" in event.message
+        reason = event.message.split(": ", 1)[1]  # the BindDecision's reason, after the placement
+        assert reason.strip(), event.message
 
         kube.core.create_namespaced_pod(kube.namespace, alnair_pod("too-big", memory_gib=100))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 
 from google.protobuf import json_format
 from kubernetes import client as k8s
@@ -33,6 +33,7 @@ from alnair_common.annotations import FILTER_TIMESTAMP, GPU_ASSIGNMENT
 
 from . import _metrics
 from ._kube_errors import KubeApiError, classify
+from ._kube_events import record_event
 
 log = get_logger("alnair.kube-bridge.bind")
 
@@ -99,6 +100,24 @@ class Binder:
             await self._answer(decision, ok=False, reason=str(e))
             return
         await self._answer(decision, ok=True, reason="")
+        # Why this card, where users look (`kubectl describe pod`): kube-scheduler's
+        # "Scheduled" Event, with the scheduler's reasons. After the answer, on the bind
+        # threads: an Event that cannot be written costs the bind nothing.
+        asyncio.get_running_loop().run_in_executor(self._threads, self._scheduled_event, placement)
+
+    def _scheduled_event(self, p: Placement) -> None:
+        a = p.decision.assignment
+        message = (f"Successfully assigned {p.namespace}/{p.name} to {p.node} (GPU {a.gpu_uuid}, "
+                   f"{a.memory_gib} GiB, {a.compute_percent} % compute)")
+        if p.decision.reason:
+            message += f": {p.decision.reason}"
+        try:
+            record_event(self.core, k8s.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=p.namespace, name=p.name, uid=p.uid),
+                type="Normal", reason="Scheduled", message=message,
+                key=f"scheduled:{p.uid}:{p.node}:{a.gpu_uuid}", when=datetime.now(UTC))
+        except Exception as e:  # noqa: BLE001 - the pod is bound; only its Event is missing
+            log.info("scheduled event not written", pod=f"{p.namespace}/{p.name}", error=str(e))
 
     async def _check_committed(self, d: scheduling_pb2.BindDecision) -> None:
         """Refuse a decision whose share ``gpu_allocations`` does not hold as decided: answer
