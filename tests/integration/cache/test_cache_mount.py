@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import stat
 import subprocess
 import sys
@@ -362,6 +363,21 @@ def test_alnair_dataset_mount_in_local_mode_reads_the_platforms_tier(fuse_ok, na
             time.sleep(0.05)
         again = alnair("dataset", "umount", str(mnt), env=env)
         assert again.returncode == 2 and "is not a mount point" in again.stderr
+
+        # in the foreground until interrupted: Ctrl-C unmounts and exits 0
+        from test_cache_cli import ALNAIR
+
+        front = subprocess.Popen([*ALNAIR, "dataset", "mount", "mnist", str(mnt)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            assert front.poll() is None and time.monotonic() < deadline, front.communicate()
+            time.sleep(0.05)
+        assert (mnt / "train/part-002.bin").read_bytes() == files["train/part-002.bin"]
+        front.send_signal(signal.SIGINT)
+        _, stderr = front.communicate(timeout=30)
+        assert front.returncode == 0, stderr
+        assert "Ctrl-C to unmount" in stderr and not is_mounted(mnt)
     finally:
         hydrator.terminate()
         hydrator.wait(15)
