@@ -41,8 +41,8 @@ PUBLIC: dict[str, list[str]] = {
         "UnsupportedCgroupError", "api", "identify_cgroup", "identify_pid", "unified_path"
     ],
     "alnair_lifecycle": [
-        "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PlanChanges",
-        "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "WORKER_ENV", "expired", "forget_expired",
+        "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PROGRESS_ENV",
+        "PlanChanges", "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "WORKER_ENV", "expired", "forget_expired",
         "is_after", "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command",
         "worker_labels"
     ],

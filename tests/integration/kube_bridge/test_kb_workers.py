@@ -31,7 +31,7 @@ from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
 from alnair_elastic_job import WorkerExited, job_key, worker_input
-from alnair_kube_bridge._job_objects import GENERATION_ANNOTATION, HOST_SCRIPT, gang_name, rendezvous_pod
+from alnair_kube_bridge._job_objects import GENERATION_ANNOTATION, HOST_SCRIPT, gang_name, rendezvous_pod, worker_pod
 from alnair_kube_bridge._job_rounds import rounds_in
 from alnair_kube_bridge._job_workers import job_selector
 from alnair_lifecycle import WORKER_ENV, torchrun_command, worker_labels
@@ -113,7 +113,9 @@ async def test_plans_create_workers_gang_and_rendezvous_then_stop_rescale_and_en
         assert pod.spec.subdomain == "resnet-workers"  # the workers' FQDNs resolve: torchrun's addresses
         [c] = pod.spec.containers
         assert c.image == IMAGE and c.command == torchrun_command(first, endpoint)
-        assert {e.name: e.value for e in c.env} == WORKER_ENV
+        assert {e.name: e.value for e in c.env} == {**WORKER_ENV, "ALNAIR_PROGRESS_FILE": "/alnair/progress/step"}
+        [sidecar] = pod.spec.init_containers  # prints the progress file; ends with the worker
+        assert sidecar.restart_policy == "Always" and sidecar.command[-1] == "/alnair/progress/step"
         assert c.resources.limits == {"alnair/vgpu-memory": "8", "alnair/vgpu-compute": "30"}
         [ref] = pod.metadata.owner_references
         assert (ref.kind, ref.name, ref.uid) == ("Service", "resnet-workers", anchor.metadata.uid)
@@ -323,3 +325,66 @@ def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+async def test_the_workers_newest_step_reaches_the_controller(
+        bus: Bus, kube: KubeNamespace, kwok_nodes: KwokNodes, bridge_kubeconfig: Path, bind_jobs_role,
+        start_bridge) -> None:
+    """Each running worker's progress sidecar log (a stand-in: kwok runs no containers) is read;
+    the newest step of the job is published once, a newer one again, a pod not running never."""
+    bind_jobs_role()
+    bridge = await start_bridge(bridge_kubeconfig)
+    ns = kube.namespace
+    p = plan(ns, 1, target=2, gang_min=2)
+    await send(bus, p)
+    a, b = sorted(await wait_workers(kube, 2), key=lambda pod: pod.metadata.name)
+    logs = {a.metadata.name: "3 0.25\n4 0.25\n", b.metadata.name: "4 0.2\n5 0.5\n6 0.5"}  # the last without its newline
+    read: list[tuple[str, str, str]] = []
+
+    def log(namespace: str, pod: str, container: str) -> str:
+        read.append((namespace, pod, container))
+        return logs[pod]
+
+    steps: list[J.StepReport] = []
+
+    async def on_step(_subject: str, r: J.StepReport) -> None:
+        steps.append(r)
+    await bus.subscribe(subjects.job_step("resnet"), J.StepReport, on_step)
+    assert bridge.service.steps is not None
+    bridge.service.steps.read_log = log
+    await asyncio.sleep(2.5)
+    assert steps == [] and read == [], "pods not running were read"
+    [node] = kwok_nodes(1, gpus_per_node=2, gpu_memory_gib=80)
+    for pod in (a, b):
+        kwok_nodes.bind(ns, pod.metadata.name, node)
+        await asyncio.to_thread(kwok_nodes.wait_for_phase, ns, pod.metadata.name, "Running")
+    [first] = await wait_for(lambda: _async(list(steps)), timeout=20, what="a step report")
+    assert (first.name, first.namespace, first.step, first.step_seconds) == ("resnet", ns, 6, 0.5)
+    assert {pod for _, pod, c in read if c == "progress"} == {a.metadata.name, b.metadata.name}
+    await asyncio.sleep(2.5)
+    assert len(steps) == 1, "the same step was published twice"
+    logs[a.metadata.name] += "9 0.3\n"
+    await wait_for(lambda: _async(len(steps) == 2), timeout=20, what="the newer step")
+    assert (steps[1].step, steps[1].step_seconds) == (9, 0.3)
+
+
+@pytest.mark.timeout(60)
+def test_the_progress_sidecar_prints_each_new_step_once(tmp_path: Path) -> None:
+    """What kwok cannot run: the worker pod's progress sidecar, as a process."""
+    owner = {"apiVersion": "v1", "kind": "Service", "name": "x", "uid": "u", "controller": True}
+    pod = worker_pod(plan("default", 1, target=1), "default", "resnet", scheduler_name="alnair-scheduler",
+                     owned_by=owner, pod_group=None)
+    [sidecar] = pod["spec"]["initContainers"]
+    progress = tmp_path / "step"
+    argv = [sys.executable if a == "python3" else a for a in sidecar["command"][:-1]] + [str(progress)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        for step in (1, 1, 2):  # what the training script does: replace the file each step
+            (tmp_path / "step.tmp").write_text(f"{step} 0.125\n")
+            os.replace(tmp_path / "step.tmp", progress)
+            time.sleep(1.2)
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert out.decode().splitlines() == ["1 0.125", "2 0.125"]

@@ -13,6 +13,7 @@ from ._retention import Retention, expired, forget_expired, observed_at
 from ._worker_plans import (
     JOB_LABEL,
     JOB_NAMESPACE_LABEL,
+    PROGRESS_ENV,
     RENDEZVOUS_LABEL,
     WORKER_ENV,
     PlanChanges,
@@ -21,6 +22,6 @@ from ._worker_plans import (
     worker_labels,
 )
 
-__all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "RENDEZVOUS_LABEL", "TERMINAL",
+__all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "PROGRESS_ENV", "RENDEZVOUS_LABEL", "TERMINAL",
            "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV", "expired", "forget_expired", "is_after",
            "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"]

@@ -43,6 +43,11 @@ KEEP_ALIVE_ATTEMPTS = 3
 # rank 0 published in the first round and never publishes it again, so a worker that joins a
 # running job (a scale-up, a replacement after a failure) waits forever for it.
 WORKER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# Where a worker's training script may write "<step> <seconds the step took>" (replacing the
+# file each step): the adapter relays the newest step to the controller (stall detection,
+# goodput). Set by the local agent to a file in the workload's workspace, by kube-bridge to
+# a file its worker pod's sidecar prints.
+PROGRESS_ENV = "ALNAIR_PROGRESS_FILE"
 
 
 @dataclass(frozen=True)

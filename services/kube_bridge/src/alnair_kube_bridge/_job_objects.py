@@ -35,7 +35,7 @@ from alnair.v1 import job_pb2
 from alnair_common import PermanentError
 from alnair_common.annotations import POD_GROUP_LABEL
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
-from alnair_lifecycle import RENDEZVOUS_LABEL, WORKER_ENV, torchrun_command, worker_labels
+from alnair_lifecycle import PROGRESS_ENV, RENDEZVOUS_LABEL, WORKER_ENV, torchrun_command, worker_labels
 
 from ._pods import VGPU_COMPUTE, VGPU_MEMORY
 
@@ -56,6 +56,11 @@ NODE_LOSS_TOLERATIONS = [
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
 RENDEZVOUS_DIR = "/tmp/rdzv"
 HOST_CONTAINER, ROUNDS_CONTAINER = "host", "rounds"
+# A worker's training script may write "<step> <seconds>" to $ALNAIR_PROGRESS_FILE (replacing
+# it each step); the worker pod's sidecar prints each new content, so the newest step is the
+# last line of that sidecar's log, which kube-bridge reads (_job_steps.py).
+PROGRESS_CONTAINER, PROGRESS_DIR = "progress", "/alnair/progress"
+PROGRESS_FILE = PROGRESS_DIR + "/step"
 HOST_SCRIPT = Path(alnair_lifecycle.__file__).with_name("rendezvous_host.py")
 PODGROUP_API = ("alnair.centaurus.io", "v1alpha1", "podgroups")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -78,6 +83,24 @@ while True:
         sys.stdout.flush()
         done += len(whole)
     time.sleep(0.2)
+"""
+
+
+# Prints the progress file each time its content changes (one line: "<step> <seconds>").
+PROGRESS_FOLLOWER = """
+import sys, time
+path, last = sys.argv[1], b""
+while True:
+    try:
+        with open(path, "rb") as f:
+            now = f.read().strip()
+    except OSError:
+        now = b""
+    if now and now != last and b"\\n" not in now:
+        sys.stdout.buffer.write(now + b"\\n")
+        sys.stdout.flush()
+        last = now
+    time.sleep(0.5)
 """
 
 
@@ -195,9 +218,20 @@ def worker_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, scheduler
         "containers": [{
             "name": "worker", "image": spec.image,
             "command": torchrun_command(plan, endpoint(gang, namespace)),
-            "env": [{"name": k, "value": v} for k, v in sorted(WORKER_ENV.items())],
+            "env": [{"name": k, "value": v}
+                    for k, v in sorted({**WORKER_ENV, PROGRESS_ENV: PROGRESS_FILE}.items())],
             "resources": {"limits": gpu_limits(plan)},
+            "volumeMounts": [{"name": PROGRESS_CONTAINER, "mountPath": PROGRESS_DIR}],
         }],
+        # A native sidecar (an init container that keeps running): it ends with the worker,
+        # so the pod's phase stays the worker's.
+        "initContainers": [{
+            "name": PROGRESS_CONTAINER, "image": spec.image, "restartPolicy": "Always",
+            "command": ["python3", "-u", "-c", PROGRESS_FOLLOWER, PROGRESS_FILE],
+            "volumeMounts": [{"name": PROGRESS_CONTAINER, "mountPath": PROGRESS_DIR}],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        }],
+        "volumes": [{"name": PROGRESS_CONTAINER, "emptyDir": {}}],
     }
     if not spec.whole_gpus:  # whole cards are placed by the default scheduler
         pod_spec["schedulerName"] = scheduler_name

@@ -134,10 +134,17 @@ class RoundsRelay:
         return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
 
     def _read_log(self, namespace: str, pod: str, container: str) -> str:
-        # Raw: the client would parse a one-line log as JSON and hand back its repr.
-        response = self.core.read_namespaced_pod_log(pod, namespace, container=container,
-                                                     limit_bytes=1 << 20, _preload_content=False)
-        try:
-            return bytes(response.data).decode(errors="replace")
-        finally:
-            response.release_conn()
+        return read_log(self.core, namespace, pod, container)
+
+
+def read_log(core: k8s.CoreV1Api, namespace: str, pod: str, container: str, *,
+             tail_lines: int | None = None) -> str:
+    """A container's log (its last ``tail_lines`` lines, else up to 1 MiB), as text."""
+    # Raw: the client would parse a one-line log as JSON and hand back its repr.
+    extra = {"tail_lines": tail_lines} if tail_lines else {"limit_bytes": 1 << 20}
+    response = core.read_namespaced_pod_log(pod, namespace, container=container,
+                                            _preload_content=False, **extra)
+    try:
+        return bytes(response.data).decode(errors="replace")
+    finally:
+        response.release_conn()

@@ -36,6 +36,7 @@ from ._dataset_crd import VERSION as DATASETS_VERSION
 from ._dataset_pods import DatasetPods
 from ._datasets import Datasets
 from ._job_rounds import RoundsRelay
+from ._job_steps import StepsRelay
 from ._job_workers import JobWorkers
 from ._kube_client import api_client
 from ._lanes import drain
@@ -75,6 +76,7 @@ class KubeBridgeService(Service):
         self.api: k8s.ApiClient | None = None
         self.binder: Binder | None = None
         self.rounds: RoundsRelay | None = None
+        self.steps: StepsRelay | None = None
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -160,6 +162,9 @@ class KubeBridgeService(Service):
         self.rounds = RoundsRelay(self.bus, self.api, namespace=ns,
                                   every_seconds=s.rendezvous_relay_seconds)
         self.spawn(self.rounds.run(), name="rendezvous-rounds")
+        self.steps = StepsRelay(self.bus, self.api, namespace=ns,
+                                every_seconds=s.rendezvous_relay_seconds)
+        self.spawn(self.steps.run(), name="training-steps")
 
     def _watch(self, kind: str, list_call: Callable[..., Any],
                handle: Callable[[Item], Awaitable[None]], *, lanes: int = 1) -> None:

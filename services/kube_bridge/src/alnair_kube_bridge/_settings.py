@@ -35,4 +35,6 @@ class KubeBridgeSettings(ServiceSettings):
     rendezvous_relay_seconds: float = Field(
         1.0, gt=0, le=60,
         description="How often the logs of training jobs' rendezvous pods are read for closed "
-                    "rounds (one list and one log read per running gang each time)")
+                    "rounds (one list and one log read per running gang each time), and their "
+                    "workers' progress sidecars for the newest step (one list, at most two "
+                    "log tails per job)")

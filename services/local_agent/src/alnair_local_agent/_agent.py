@@ -26,7 +26,7 @@ from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publi
 from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
 from alnair_gpu import NodeGpus
-from alnair_lifecycle import JOB_LABEL, WORKER_ENV, LifecyclePublisher
+from alnair_lifecycle import JOB_LABEL, PROGRESS_ENV, WORKER_ENV, LifecyclePublisher
 
 from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
@@ -36,7 +36,6 @@ from ._workspace import Workspace, still_running
 
 log = get_logger("alnair.local-agent")
 P = wl.WorkloadPhase
-PROGRESS_ENV = "ALNAIR_PROGRESS_FILE"
 
 
 class Agent:
