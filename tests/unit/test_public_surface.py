@@ -31,7 +31,7 @@ PUBLIC: dict[str, list[str]] = {
     "alnair_gpu": [
         "DeviceSample", "GIB", "GpuError", "GpuInfo", "GpuSampler", "GpuSnapshot",
         "GpuUnavailableError", "HealthEvent", "InjectedHealth", "InventoryFormatError",
-        "InventorySource", "NodeGpus", "NvmlInventory", "NvmlSampler", "ProcessSample",
+        "InventorySource", "MpsCard", "MpsDaemons", "NodeGpus", "NvmlInventory", "NvmlSampler", "ProcessSample",
         "RecordedInventory", "RecordedWorkload", "Recording", "ReplaySampler", "SampleSourceError",
         "SimulatedInventory", "from_proto", "load_recording", "parse_recording", "to_proto"
     ],

@@ -1,4 +1,5 @@
-"""alnair_gpu: the GPUs of a node — inventory, health and (exporter) samples.
+"""alnair_gpu: the GPUs of a node — inventory, health and (exporter) samples, and MPS mode's
+control daemons (:class:`MpsDaemons`, both node adapters).
 
 Sources: :class:`NvmlInventory` (real GPUs), :class:`RecordedInventory` (a recording of a real
 GPU, for CI), :class:`SimulatedInventory` (``sim:2x80``, clearly labelled). Errors derive from
@@ -9,6 +10,7 @@ GPU, for CI), :class:`SimulatedInventory` (``sim:2x80``, clearly labelled). Erro
 from ._errors import GpuError, GpuUnavailableError, InventoryFormatError
 from ._injected_health import InjectedHealth
 from ._inventory import GIB, GpuInfo, HealthEvent, InventorySource, NodeGpus
+from ._mps import MpsCard, MpsDaemons
 from ._nvml_inventory import NvmlInventory
 from ._nvml_samples import NvmlSampler
 from ._proto import from_proto, to_proto
@@ -29,6 +31,8 @@ __all__ = [
     "InjectedHealth",
     "InventoryFormatError",
     "InventorySource",
+    "MpsCard",
+    "MpsDaemons",
     "NodeGpus",
     "NvmlInventory",
     "NvmlSampler",

@@ -25,12 +25,11 @@ from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, PermanentError, TemporaryError, get_logger, publish_error, subjects
 from alnair_common.allocations import UncommittedShareError, committed_shares
 from alnair_common.annotations import SIMULATED_GPU as SIMULATED_ANNOTATION
-from alnair_gpu import NodeGpus
+from alnair_gpu import MpsDaemons, NodeGpus
 from alnair_lifecycle import JOB_LABEL, PROGRESS_ENV, WORKER_ENV, LifecyclePublisher
 
 from . import _metrics
 from ._launcher import cuda_share, launch, workload_env
-from ._mps import MpsDaemons
 from ._submission import Submission
 from ._workspace import Workspace, still_running
 

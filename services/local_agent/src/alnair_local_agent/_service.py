@@ -9,14 +9,13 @@ from typing import ClassVar
 from alnair.v1 import commands_pb2, job_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import ConfigError, DurableConsumer, Service, ServiceSettings, TemporaryError, subjects
-from alnair_gpu import NodeGpus
+from alnair_gpu import MpsDaemons, NodeGpus
 from alnair_lifecycle import LifecyclePublisher, Retention
 
 from ._agent import Agent
 from ._commands import LocalCommands
 from ._inventory import discover, publish_inventory
 from ._job_workers import JobWorkers
-from ._mps import MpsDaemons
 from ._retention import forget_expired
 from ._settings import LocalAgentSettings
 
