@@ -25,17 +25,19 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61lnair/v1/inventory.proto\x12\talnair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\x01\n\x03Gpu\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x10\n\x08sm_count\x18\x05 \x01(\r\x12$\n\x06health\x18\x06 \x01(\x0e\x32\x14.alnair.v1.GpuHealth\x12\x15\n\rhealth_reason\x18\x07 \x01(\t\x12\x17\n\x0fvgpu_memory_gib\x18\x08 \x01(\r\x12\x1c\n\x14vgpu_compute_percent\x18\t \x01(\r\"\xad\x01\n\rNodeInventory\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x1c\n\x04gpus\x18\x02 \x03(\x0b\x32\x0e.alnair.v1.Gpu\x12\x11\n\tsimulated\x18\x03 \x01(\x08\x12\x16\n\x0e\x64river_version\x18\x04 \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x05 \x01(\t\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*Y\n\tGpuHealth\x12\x1a\n\x16GPU_HEALTH_UNSPECIFIED\x10\x00\x12\x16\n\x12GPU_HEALTH_HEALTHY\x10\x01\x12\x18\n\x14GPU_HEALTH_UNHEALTHY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61lnair/v1/inventory.proto\x12\talnair.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n\x03Gpu\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x04\x12\x10\n\x08sm_count\x18\x05 \x01(\r\x12$\n\x06health\x18\x06 \x01(\x0e\x32\x14.alnair.v1.GpuHealth\x12\x15\n\rhealth_reason\x18\x07 \x01(\t\x12\x17\n\x0fvgpu_memory_gib\x18\x08 \x01(\r\x12\x1c\n\x14vgpu_compute_percent\x18\t \x01(\r\x12&\n\x07sharing\x18\n \x01(\x0e\x32\x15.alnair.v1.GpuSharing\"\xad\x01\n\rNodeInventory\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x1c\n\x04gpus\x18\x02 \x03(\x0b\x32\x0e.alnair.v1.Gpu\x12\x11\n\tsimulated\x18\x03 \x01(\x08\x12\x16\n\x0e\x64river_version\x18\x04 \x01(\t\x12\x14\n\x0c\x63uda_version\x18\x05 \x01(\t\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*Y\n\tGpuHealth\x12\x1a\n\x16GPU_HEALTH_UNSPECIFIED\x10\x00\x12\x16\n\x12GPU_HEALTH_HEALTHY\x10\x01\x12\x18\n\x14GPU_HEALTH_UNHEALTHY\x10\x02*[\n\nGpuSharing\x12\x1b\n\x17GPU_SHARING_UNSPECIFIED\x10\x00\x12\x1b\n\x17GPU_SHARING_TIME_SLICED\x10\x01\x12\x13\n\x0fGPU_SHARING_MPS\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'alnair.v1.inventory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GPUHEALTH']._serialized_start=457
-  _globals['_GPUHEALTH']._serialized_end=546
+  _globals['_GPUHEALTH']._serialized_start=497
+  _globals['_GPUHEALTH']._serialized_end=586
+  _globals['_GPUSHARING']._serialized_start=588
+  _globals['_GPUSHARING']._serialized_end=679
   _globals['_GPU']._serialized_start=74
-  _globals['_GPU']._serialized_end=279
-  _globals['_NODEINVENTORY']._serialized_start=282
-  _globals['_NODEINVENTORY']._serialized_end=455
+  _globals['_GPU']._serialized_end=319
+  _globals['_NODEINVENTORY']._serialized_start=322
+  _globals['_NODEINVENTORY']._serialized_end=495
 # @@protoc_insertion_point(module_scope)

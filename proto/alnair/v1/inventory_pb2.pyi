@@ -39,6 +39,34 @@ GPU_HEALTH_UNHEALTHY: GpuHealth.ValueType  # 2
 """Device lost, fatal XID error or NVML failure: no new workload is placed on it."""
 Global___GpuHealth: _TypeAlias = GpuHealth  # noqa: Y015
 
+class _GpuSharing:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GpuSharingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GpuSharing.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GPU_SHARING_UNSPECIFIED: _GpuSharing.ValueType  # 0
+    """From a publisher that predates the field: read as time-sliced."""
+    GPU_SHARING_TIME_SLICED: _GpuSharing.ValueType  # 1
+    """The interceptor's throttle gives each workload its percent of the time."""
+    GPU_SHARING_MPS: _GpuSharing.ValueType  # 2
+    """One MPS control daemon on the card; each workload's percent is an SM partition
+    (MPS's active-thread percentage) and its memory limit also MPS's pinned limit.
+    """
+
+class GpuSharing(_GpuSharing, metaclass=_GpuSharingEnumTypeWrapper):
+    """How a card's compute is shared between the workloads on it."""
+
+GPU_SHARING_UNSPECIFIED: GpuSharing.ValueType  # 0
+"""From a publisher that predates the field: read as time-sliced."""
+GPU_SHARING_TIME_SLICED: GpuSharing.ValueType  # 1
+"""The interceptor's throttle gives each workload its percent of the time."""
+GPU_SHARING_MPS: GpuSharing.ValueType  # 2
+"""One MPS control daemon on the card; each workload's percent is an SM partition
+(MPS's active-thread percentage) and its memory limit also MPS's pinned limit.
+"""
+Global___GpuSharing: _TypeAlias = GpuSharing  # noqa: Y015
+
 @_typing.final
 class Gpu(_message.Message):
     """One physical GPU."""
@@ -54,6 +82,7 @@ class Gpu(_message.Message):
     HEALTH_REASON_FIELD_NUMBER: _builtins.int
     VGPU_MEMORY_GIB_FIELD_NUMBER: _builtins.int
     VGPU_COMPUTE_PERCENT_FIELD_NUMBER: _builtins.int
+    SHARING_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     index: _builtins.int
     model: _builtins.str
@@ -66,6 +95,8 @@ class Gpu(_message.Message):
     vgpu_memory_gib: _builtins.int
     """Schedulable capacity in Alnair units: floor(memory GiB) and 100."""
     vgpu_compute_percent: _builtins.int
+    sharing: Global___GpuSharing.ValueType
+    """Set by the device plugin (ALNAIR_MPS) and the local agent (`alnair up --mps`)."""
     def __init__(
         self,
         *,
@@ -78,10 +109,11 @@ class Gpu(_message.Message):
         health_reason: _builtins.str = ...,
         vgpu_memory_gib: _builtins.int = ...,
         vgpu_compute_percent: _builtins.int = ...,
+        sharing: Global___GpuSharing.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "model", b"model", "sm_count", b"sm_count", "uuid", b"uuid", "vgpu_compute_percent", b"vgpu_compute_percent", "vgpu_memory_gib", b"vgpu_memory_gib"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["health", b"health", "health_reason", b"health_reason", "index", b"index", "memory_bytes", b"memory_bytes", "model", b"model", "sharing", b"sharing", "sm_count", b"sm_count", "uuid", b"uuid", "vgpu_compute_percent", b"vgpu_compute_percent", "vgpu_memory_gib", b"vgpu_memory_gib"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,9 +15,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from la_support import SIM_GPU0, run_cli, start_agent
+from la_support import NODE, SIM_GPU0, run_cli, start_agent
 
-from alnair_common import ConfigError
+from alnair.v1 import inventory_pb2
+from alnair_common import Bus, ConfigError, TypedKV
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
 
@@ -36,7 +37,7 @@ def daemon_pid(data_dir: Path, gpu: str) -> int:
 
 
 async def test_a_daemon_per_card_workloads_pointed_at_it_and_a_dead_daemon_started_again(
-        nats_server: NatsServer, scheduler, tmp_path: Path, interceptor_lib: Path) -> None:
+        nats_server: NatsServer, bus: Bus, scheduler, tmp_path: Path, interceptor_lib: Path) -> None:
     data_dir = tmp_path / "data"
     agent = await start_agent(nats_server.url, data_dir, interceptor=interceptor_lib, mps=True,
                               mps_control=FAKE_CONTROL, mps_check_seconds=0.2)
@@ -48,6 +49,10 @@ async def test_a_daemon_per_card_workloads_pointed_at_it_and_a_dead_daemon_start
                              "CUDA_MPS_PIPE_DIRECTORY": str(data_dir / "mps" / gpu / "pipe"),
                              "CUDA_MPS_LOG_DIRECTORY": str(data_dir / "mps" / gpu / "log")}]
             assert stat.S_IMODE((data_dir / "mps" / gpu / "pipe").stat().st_mode) == 0o700
+        # The inventory says how the cards are shared.
+        found = await (await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)).get(NODE)
+        assert found is not None
+        assert [g.sharing for g in found.value.gpus] == [inventory_pb2.GPU_SHARING_MPS] * 2
 
         done = await run_cli(["run", "--nats-url", nats_server.url, "--data-dir", str(data_dir),
                               "--name", "mps-job", "--gpu-memory", "2", "--gpu-compute", "30", "--",

@@ -27,6 +27,8 @@ class GpuInfo:
     sm_count: int
     healthy: bool = True
     health_reason: str = ""
+    # MPS mode: an MPS control daemon shares the card (SM partitions), not time slices.
+    mps: bool = False
 
     @property
     def memory_gib(self) -> int:
@@ -49,6 +51,10 @@ class NodeGpus:
 
     def by_uuid(self, uuid: str) -> GpuInfo | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def with_mps(self, on: bool = True) -> NodeGpus:
+        """The inventory with every card in MPS mode (``on``) or time-sliced."""
+        return dataclasses.replace(self, gpus=tuple(dataclasses.replace(g, mps=on) for g in self.gpus))
 
     def apply(self, event: HealthEvent) -> NodeGpus:
         """The inventory after ``event``; an event for an unknown GPU changes nothing."""

@@ -33,6 +33,7 @@ def to_proto(node_gpus: NodeGpus, node: str, *, observed_at: datetime | None = N
                 health=inventory_pb2.GPU_HEALTH_HEALTHY if g.healthy else inventory_pb2.GPU_HEALTH_UNHEALTHY,
                 health_reason=g.health_reason, vgpu_memory_gib=g.memory_gib,
                 vgpu_compute_percent=COMPUTE_PERCENT_PER_GPU,
+                sharing=inventory_pb2.GPU_SHARING_MPS if g.mps else inventory_pb2.GPU_SHARING_TIME_SLICED,
             )
             for g in node_gpus.gpus
         ],
@@ -50,7 +51,7 @@ def from_proto(message: inventory_pb2.NodeInventory) -> NodeGpus:
             )
         gpus.append(GpuInfo(uuid=g.uuid, index=g.index, model=g.model, memory_bytes=g.memory_bytes,
                             sm_count=g.sm_count, healthy=g.health != inventory_pb2.GPU_HEALTH_UNHEALTHY,
-                            health_reason=g.health_reason))
+                            health_reason=g.health_reason, mps=g.sharing == inventory_pb2.GPU_SHARING_MPS))
     if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
         raise InventoryFormatError(f"node {message.node!r}: GPU UUIDs and indexes must be unique")
     return NodeGpus(gpus=tuple(gpus), simulated=message.simulated, driver_version=message.driver_version,

@@ -37,7 +37,7 @@ class LocalAgentService(Service):
         if s.interceptor_lib is not None and not s.interceptor_lib.is_file():
             raise ConfigError(f"ALNAIR_INTERCEPTOR_LIB={s.interceptor_lib}: no such file; build "
                               "it with `make -C native/cuda_intercept`")
-        gpus = discover(s.gpus)
+        gpus = discover(s.gpus).with_mps(s.mps)  # the inventory says how each card is shared
         inventory = await publish_inventory(self.bus, s.node_name, gpus)
         self.log.info("inventory published", node=s.node_name, gpus=len(inventory.gpus),
                       simulated=inventory.simulated)
