@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -36,6 +37,7 @@ class PluginEnv:
     source: InjectedHealth
     service: DevicePluginService | None = None
     task: asyncio.Task[None] | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # more settings (e.g. MPS mode)
 
     def settings(self) -> DevicePluginSettings:
         return DevicePluginSettings(
@@ -43,7 +45,7 @@ class PluginEnv:
             state_dir=self.tmp / "workspaces" / ".device-plugin", workspace_root=self.tmp / "workspaces",
             interceptor_host_path=self.tmp / "lib" / "libalnair_cuda.so", kubelet_poll_seconds=0.1,
             pod_resources_socket=self.tmp / "pod-resources" / "kubelet.sock", reconcile_seconds=0.1,
-            stale_grace_seconds=0.5, assignment_wait_seconds=0.3,
+            stale_grace_seconds=0.5, assignment_wait_seconds=0.3, **self.overrides,
         )
 
     async def start(self) -> DevicePluginService:
@@ -87,11 +89,11 @@ class PluginEnv:
         await self.bus.publish(subjects.workload_events(), event)
 
 
-async def make_env(tmp_path: Path, nats_server: NatsServer, bus: Bus,
-                   source: InjectedHealth) -> AsyncIterator[PluginEnv]:
+async def make_env(tmp_path: Path, nats_server: NatsServer, bus: Bus, source: InjectedHealth,
+                   **overrides: Any) -> AsyncIterator[PluginEnv]:
     kubelet = KubeletHarness(tmp_path / "device-plugins")
     await kubelet.start()
-    env = PluginEnv(tmp_path, nats_server, bus, kubelet, source)
+    env = PluginEnv(tmp_path, nats_server, bus, kubelet, source, overrides=overrides)
     await env.start()
     try:
         yield env

@@ -62,8 +62,11 @@ class MpsCard:
 
 class MpsDaemons:
     def __init__(self, control: str, mps_dir: Path, gpu_uuids: Iterable[str], *,
-                 directory_mode: int = PRIVATE_MODE, off_hint: str = "start without --mps") -> None:
+                 directory_mode: int = PRIVATE_MODE, off_hint: str = "start without --mps",
+                 answer_seconds: float = ANSWER_SECONDS) -> None:
+        """``answer_seconds``: how long a started daemon, or one asked a question, has to answer."""
         self.control = control
+        self.answer_seconds = answer_seconds
         self.cards = {u: MpsCard(u, Path(mps_dir) / u) for u in gpu_uuids}
         self.directory_mode = directory_mode
         self.off_hint = off_hint
@@ -85,7 +88,7 @@ class MpsDaemons:
         except OSError as e:
             raise self._cannot_run(e) from e
         try:
-            out, _ = await asyncio.wait_for(process.communicate(f"{command}\n".encode()), ANSWER_SECONDS)
+            out, _ = await asyncio.wait_for(process.communicate(f"{command}\n".encode()), self.answer_seconds)
         except TimeoutError:
             return 124, "no answer"
         finally:  # also when the adapter stops mid-question: no process or pipe is left behind
@@ -143,7 +146,7 @@ class MpsDaemons:
             except OSError as e:
                 raise self._cannot_run(e) from e
             await process.wait()
-        deadline = asyncio.get_running_loop().time() + ANSWER_SECONDS
+        deadline = asyncio.get_running_loop().time() + self.answer_seconds
         while asyncio.get_running_loop().time() < deadline:
             if await self.answering(card):
                 log.info("MPS control daemon started", gpu=card.uuid, pipe=str(card.pipe))
@@ -151,7 +154,7 @@ class MpsDaemons:
             await asyncio.sleep(0.1)
         said = start_log.read_text(errors="replace").strip().splitlines()[-3:]
         raise ConfigError(f"MPS mode: the control daemon for {card.uuid} did not answer within "
-                          f"{ANSWER_SECONDS:.0f} s (exit {process.returncode}: "
+                          f"{self.answer_seconds:g} s (exit {process.returncode}: "
                           f"{' | '.join(said) or 'no output'}); see {card.logs}")
 
     async def supervise(self, every: float, running_on: Callable[[str], list[str]],

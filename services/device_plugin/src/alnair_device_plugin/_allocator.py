@@ -15,7 +15,13 @@ tenant controls it):
   region but cannot delete, replace or add a file (the region is the ledger's anchor);
 * ``/etc/ld.so.preload``, read-only, naming the library: every dynamically linked process of
   the container loads it, whether or not ``LD_PRELOAD`` survives;
-* the library itself, read-only.
+* the library itself, read-only;
+* MPS mode: the card's MPS pipe directory, read-only, at the same path, which the limits
+  file names (``mps_pipe_directory``), so the interceptor connects the container to the
+  card's control daemon with its share as MPS limits. Connecting to a unix socket needs no
+  writable mount (the kernel's read-only check is for files, directories and links), and a
+  read-only one keeps the tenant from deleting or replacing the sockets every container of
+  the card shares.
 """
 
 from __future__ import annotations
@@ -74,11 +80,13 @@ class ContainerPaths:
 
 class Allocator:
     def __init__(self, index: AssignmentIndex, workspaces: Workspaces, paths: ContainerPaths,
-                 gpus: Callable[[], NodeGpus]) -> None:
+                 gpus: Callable[[], NodeGpus], mps_pipe_directory: Callable[[str], str] | None = None) -> None:
+        """``mps_pipe_directory``: MPS mode, a card's pipe directory by GPU UUID."""
         self.index = index
         self.workspaces = workspaces
         self.paths = paths
         self.gpus = gpus
+        self.mps_pipe_directory = mps_pipe_directory
 
     def preferred(self, resource: Resource, available: list[str], must_include: list[str], size: int) -> list[str]:
         """``size`` available units of the card the matching assignment names."""
@@ -163,8 +171,9 @@ class Allocator:
     def _grant(self, assignment: Assignment) -> ContainerGrant:
         paths = self.paths
         ws = paths.workspace_container
+        pipe = self.mps_pipe_directory(assignment.gpu_uuid) if self.mps_pipe_directory else ""
         host_ws = self.workspaces.create(assignment, container_workspace=ws,
-                                         interceptor=paths.interceptor_container)
+                                         interceptor=paths.interceptor_container, mps_pipe_directory=pipe)
         envs = interceptor_env(cuda_share(assignment), workspace=ws, interceptor=paths.interceptor_container)
         # The NVIDIA container runtime's name for the card; the interceptor does not read it.
         envs["NVIDIA_VISIBLE_DEVICES"] = assignment.gpu_uuid
@@ -175,5 +184,5 @@ class Allocator:
             MountSpec(paths.limits_container, str(host_ws / LIMITS_FILE), read_only=True),
             MountSpec(paths.ld_so_preload_container, str(host_ws / LD_SO_PRELOAD_FILE), read_only=True),
             MountSpec(paths.interceptor_container, str(paths.interceptor_host), read_only=True),
-        )
+        ) + ((MountSpec(pipe, pipe, read_only=True),) if pipe else ())
         return ContainerGrant(workload_uid=assignment.uid, envs=envs, mounts=mounts)

@@ -3,12 +3,21 @@
 Start-up order matters: the GPU source and the assignment index first (a restarted plugin
 knows every assignment it had), then the bus consumers (decisions made while it was down are
 delivered now), then the kubelet sockets — so the first Allocate already sees everything.
+
+MPS mode (``ALNAIR_MPS``): the control daemons start before the inventory is published. A
+card whose daemon does not answer is published and advertised **unhealthy** (reason: the
+daemon's), not quietly time-sliced: its pods were placed expecting an SM partition, the
+interceptor would fall back to its throttle without telling anyone, and a card the node
+says is MPS must be one. The supervisor keeps starting it; when it answers the card is
+healthy again. A missing control program stops the plugin (ConfigError): the node is set
+up wrong. The daemons are asked to quit on shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 
 from alnair.v1 import inventory_pb2, scheduling_pb2, workload_pb2
@@ -22,7 +31,7 @@ from alnair_common import (
     publish_error,
     subjects,
 )
-from alnair_gpu import GpuError, InventorySource, NodeGpus, to_proto
+from alnair_gpu import GpuError, InventorySource, MpsDaemons, NodeGpus, to_proto
 from alnair_kubelet import ContainerDevices, KubeletError, PodResourcesClient
 
 from . import _metrics
@@ -36,6 +45,8 @@ from ._settings import DevicePluginSettings, open_source
 from ._units import Resource
 from ._workspace import Workspaces
 
+# Root's; every container of the card reads its pipe directory (the user is not known at Allocate).
+MPS_DIRECTORY_MODE = 0o755
 ENDED = (workload_pb2.WORKLOAD_PHASE_SUCCEEDED, workload_pb2.WORKLOAD_PHASE_FAILED,
          workload_pb2.WORKLOAD_PHASE_DELETED)
 
@@ -59,6 +70,8 @@ class DevicePluginService(Service):
         self._link_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._inventory_kv: TypedKV[inventory_pb2.NodeInventory] | None = None
+        self.mps: MpsDaemons | None = None
+        self._mps_task: asyncio.Task[None] | None = None
 
     async def setup(self) -> None:
         s = self.settings
@@ -68,7 +81,12 @@ class DevicePluginService(Service):
                 self.source = await asyncio.to_thread(open_source, s.gpus)
             except GpuError as e:
                 raise ConfigError(f"ALNAIR_GPUS={s.gpus!r}: {e}") from e
-        gpus = self.source.inventory()
+        if s.mps:
+            self.mps = MpsDaemons(s.mps_control, s.mps_dir, [g.uuid for g in self.source.inventory().gpus],
+                                  directory_mode=MPS_DIRECTORY_MODE, off_hint="set ALNAIR_MPS=false",
+                                  answer_seconds=s.mps_answer_seconds)
+            await self.mps.start_each()
+        gpus = self._effective()
         self.state = DeviceState(gpus)
         self.index = AssignmentIndex(s.state_dir)
         self.workspaces = Workspaces(s.workspace_root)
@@ -90,7 +108,8 @@ class DevicePluginService(Service):
 
         allocator = Allocator(self.index, self.workspaces, ContainerPaths(
             interceptor_host=s.interceptor_host_path, interceptor_container=s.interceptor_container_path,
-            workspace_container=s.workspace_container_path), gpus=lambda: self._current().gpus)
+            workspace_container=s.workspace_container_path), gpus=lambda: self._current().gpus,
+            mps_pipe_directory=self.mps.pipe_directory if self.mps else None)
         plugins = [ResourcePlugin(r, self.state, allocator, assignment_wait_seconds=s.assignment_wait_seconds)
                    for r in Resource]
         await self._catch_up(consumers, timeout=10.0)
@@ -98,6 +117,9 @@ class DevicePluginService(Service):
         self.health.checks["kubelet"] = self._check_kubelet
         self._link_task = self.spawn(self.link.run(self._stopping), "kubelet-link")
         self._health_task = self.spawn(self._watch_health(), "gpu-health")
+        if self.mps is not None:
+            self._mps_task = self.spawn(self.mps.supervise(s.mps_check_seconds, self._running_on,
+                                                           on_change=self._inventory_changed), "mps")
         if s.reconcile_seconds > 0:
             self.reconciler = PodResourcesReconciler(
                 PodResourcesClient(s.pod_resources_socket, timeout=5.0), self.index, self.workspaces,
@@ -126,12 +148,39 @@ class DevicePluginService(Service):
         running = [t for t in (self._health_task, self._link_task) if t is not None]
         if running:
             await asyncio.wait(running, timeout=5.0)
+        if self.mps is not None:
+            if self._mps_task is not None:  # no restart of a daemon being stopped
+                self._mps_task.cancel()
+                await asyncio.gather(self._mps_task, return_exceptions=True)
+            await self.mps.stop()
         if self.source is not None:
             self.source.close()
 
     def _current(self) -> DeviceState:
         assert self.state is not None
         return self.state
+
+    def _effective(self) -> NodeGpus:
+        """The source's inventory as this node shares it: in MPS mode every card says so, and
+        one whose daemon does not answer is unhealthy."""
+        assert self.source is not None
+        gpus = self.source.inventory()
+        if self.mps is None:
+            return gpus
+        gpus = gpus.with_mps()
+        return dataclasses.replace(gpus, gpus=tuple(
+            g.with_health(False, f"MPS control daemon not answering: {self.mps.down[g.uuid]}")
+            if g.uuid in self.mps.down else g for g in gpus.gpus))
+
+    async def _inventory_changed(self) -> None:
+        gpus = self._effective()
+        await self._current().update(gpus)
+        await self.publish_inventory(gpus)
+
+    def _running_on(self, gpu_uuid: str) -> list[str]:
+        """The workloads assigned to this card (an MPS server fault ends them all)."""
+        assert self.index is not None
+        return [a.workload_id for a in self.index.all() if a.gpu_uuid == gpu_uuid]
 
     async def publish_inventory(self, gpus: NodeGpus) -> None:
         """The full inventory on ``alnair.node.<node>.inventory`` and in ``node_inventory``."""
@@ -147,11 +196,9 @@ class DevicePluginService(Service):
             event = await asyncio.to_thread(self.source.wait_health_event, 0.5)
             if event is None:
                 continue
-            gpus = self.source.inventory()
             self.log.warning("GPU health changed", gpu=event.uuid, healthy=event.healthy, reason=event.reason,
                              xid=event.xid)
-            await self._current().update(gpus)
-            await self.publish_inventory(gpus)
+            await self._inventory_changed()
 
     async def _on_bind(self, _: str, decision: scheduling_pb2.BindDecision) -> None:
         if decision.assignment.node != self.node:

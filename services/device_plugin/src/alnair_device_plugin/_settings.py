@@ -33,6 +33,19 @@ class DevicePluginSettings(ServiceSettings):
     stale_grace_seconds: float = Field(60.0, ge=0, description="How long the kubelet must not list an allocation "
                                        "before its workspace is removed")
 
+    # MPS mode (issue #19 section 2; README, "MPS mode"). The host directory is mounted at the
+    # same path in the plugin and, each card's pipe directory, read-only in its containers;
+    # not under workspace_container_path, which containers see read-only.
+    mps: bool = Field(False, description="MPS mode: one CUDA MPS control daemon per GPU, each "
+                                         "container's compute share an SM partition")
+    mps_dir: Path = Field(Path("/var/run/alnair-mps"),
+                          description="Host directory of each card's MPS pipe and log directories")
+    mps_control: str = Field("nvidia-cuda-mps-control", description="The MPS control program (the NVIDIA driver's)")
+    mps_check_seconds: float = Field(5.0, gt=0, le=600,
+                                     description="How often each MPS control daemon is asked for its servers")
+    mps_answer_seconds: float = Field(10.0, gt=0, le=120,
+                                      description="How long a started MPS control daemon has to answer")
+
     @field_validator("gpus")
     @classmethod
     def _gpu_source(cls, value: str) -> str:

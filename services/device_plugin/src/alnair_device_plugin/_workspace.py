@@ -37,13 +37,14 @@ class Workspaces:
         return self.root / uid
 
     def create(self, assignment: Assignment, *, container_workspace: str = WORKSPACE_CONTAINER_PATH,
-               interceptor: str = INTERCEPTOR_CONTAINER_PATH) -> Path:
+               interceptor: str = INTERCEPTOR_CONTAINER_PATH, mps_pipe_directory: str = "") -> Path:
         """Create (or refresh) the workspace; idempotent (an existing region is kept).
 
         ``container_workspace`` and ``interceptor``: where the container sees its workspace
-        and the library (the Allocate response's mount targets).
+        and the library (the Allocate response's mount targets); ``mps_pipe_directory``: MPS
+        mode, the card's pipe directory (the same path in the container).
         """
-        return prepare_container_workspace(self.path(assignment.uid), cuda_share(assignment),
+        return prepare_container_workspace(self.path(assignment.uid), cuda_share(assignment, mps_pipe_directory),
                                            container_workspace=container_workspace,
                                            interceptor=interceptor)
 
@@ -59,7 +60,8 @@ class Workspaces:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def cuda_share(assignment: Assignment) -> CudaShare:
+def cuda_share(assignment: Assignment, mps_pipe_directory: str = "") -> CudaShare:
     """What the interceptor gets of a pod's assignment; its identity is ``namespace/name``."""
     return CudaShare(workload_id=assignment.workload_id, gpu_uuid=assignment.gpu_uuid,
-                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent)
+                     memory_gib=assignment.memory_gib, compute_percent=assignment.compute_percent,
+                     mps_pipe_directory=mps_pipe_directory)
