@@ -158,7 +158,7 @@ def cards_from_inventory(inv: inventory_pb2.NodeInventory) -> list[Card]:
         compute = g.vgpu_compute_percent or 100
         healthy = g.health != inventory_pb2.GPU_HEALTH_UNHEALTHY and memory > 0
         cards.append(Card(inv.node, g.uuid, g.index, int(memory), int(compute), healthy,
-                          g.health_reason if not healthy else ""))
+                          g.health_reason if not healthy else "", mps=g.sharing == inventory_pb2.GPU_SHARING_MPS))
     return cards
 
 

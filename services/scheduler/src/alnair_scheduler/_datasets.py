@@ -158,7 +158,8 @@ def placement_reason(locations: DatasetLocations, cluster: Cluster, w: Workload,
     """Why ``card`` for ``w``, for people (BindDecision.reason): the profile, then what each
     data set it reads had to say. Worked out before the share is committed, so "no card
     there fits" is about the cluster the decision saw."""
-    parts = [f"{profile.value} profile chose gpu{card.index} on {card.node}"]
+    mode = " (MPS: an SM partition)" if card.mps else ""
+    parts = [f"{profile.value} profile chose gpu{card.index} on {card.node}{mode}"]
     if w.dataset_error:
         parts.append(f"data sets not read ({w.dataset_error}): no preference")
     if w.datasets and w.request is not None:

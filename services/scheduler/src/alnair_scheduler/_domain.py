@@ -118,6 +118,9 @@ class Card:
     compute_percent: int
     healthy: bool = True
     health_reason: str = ""
+    # MPS mode: a share's compute is an SM partition; placed exactly as a time slice (the
+    # card's compute is never over-committed in either mode).
+    mps: bool = False
 
 
 @dataclass(frozen=True)
