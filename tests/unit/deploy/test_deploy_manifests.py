@@ -257,7 +257,7 @@ def test_device_plugin_has_kubelet_sockets_workspaces_and_installs_the_intercept
     spec = pod_spec(find(render(overlay), "DaemonSet", "alnair-device-plugin"))
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert set(host.values()) == {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
-                                  "/var/lib/alnair/workspaces", "/opt/alnair/lib"}
+                                  "/var/lib/alnair/workspaces", "/opt/alnair/lib", "/var/run/alnair-mps"}
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert mounts[next(k for k, v in host.items() if v.endswith("device-plugins"))] == "/var/lib/kubelet/device-plugins"
     (init,) = spec["initContainers"]
@@ -335,11 +335,12 @@ def test_device_plugin_settings_point_into_its_mounts(monkeypatch: pytest.Monkey
         return max(holders, key=lambda m: len(m["mountPath"]))
 
     for path in (settings.device_plugin_dir, settings.state_dir, settings.workspace_root,
-                 settings.pod_resources_socket.parent, settings.interceptor_host_path.parent):
+                 settings.pod_resources_socket.parent, settings.interceptor_host_path.parent, settings.mps_dir):
         mount = mount_of(path)
         assert host[mount["name"]] == mount["mountPath"], f"{path}: host and container paths differ"
     assert not mount_of(settings.state_dir).get("readOnly"), "the plugin's state must be writable"
     assert not mount_of(settings.device_plugin_dir).get("readOnly"), "the plugin creates its socket there"
+    assert not mount_of(settings.mps_dir).get("readOnly"), "MPS mode makes each card's directories there"
 
 
 def test_profiler_stores_profiles_in_the_bundle_mongodb(monkeypatch: pytest.MonkeyPatch) -> None:
