@@ -106,12 +106,10 @@ class MpsDaemons:
 
     async def start(self) -> None:
         """A daemon per card, unless one already answers there (after an agent restart);
-        the first that does not answer is raised (ConfigError)."""
-        for card in self.cards.values():
-            if await self.answering(card):
-                log.info("MPS control daemon found running", gpu=card.uuid, pipe=str(card.pipe))
-                continue
-            await self._launch(card)
+        a card whose daemon does not answer is raised (ConfigError)."""
+        down = await self.start_each()
+        if down:
+            raise ConfigError(next(iter(down.values())))
 
     async def start_each(self) -> dict[str, str]:
         """As :meth:`start`, but a card whose daemon does not answer is recorded in
