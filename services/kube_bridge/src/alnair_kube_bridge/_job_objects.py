@@ -43,6 +43,7 @@ Obj = dict[str, Any]
 GENERATION_ANNOTATION = ANNOTATION_PREFIX + "worker-plan-generation"
 GANG_LABEL = ANNOTATION_PREFIX + "training-job-gang"  # value: the job's name
 MANAGED_BY = {"app.kubernetes.io/managed-by": "alnair-kube-bridge"}
+MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())  # a label selector
 WHOLE_GPU = "nvidia.com/gpu"
 RENDEZVOUS_PORT = 29400
 # A job's pods leave a node that stops answering after this long, not Kubernetes' default

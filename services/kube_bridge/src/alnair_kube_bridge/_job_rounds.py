@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s
@@ -28,6 +28,7 @@ from alnair_lifecycle import RENDEZVOUS_LABEL
 
 from ._job_objects import GANG_LABEL, ROUNDS_CONTAINER
 from ._job_workers import job_selector
+from ._kube_client import list_pods
 from ._kube_errors import response_json
 
 log = get_logger("alnair.kube-bridge.rounds")
@@ -46,6 +47,17 @@ def rounds_in(text: str) -> Iterator[tuple[int, list[list[Any]]]]:
             continue
 
 
+async def every(seconds: float, once: Callable[[], Awaitable[object]], failed: str) -> None:
+    """``once()`` every ``seconds``, for ever; a failure is logged (``failed``) and the next
+    tick tries again. The relays of rounds and steps poll this way."""
+    while True:
+        try:
+            await once()
+        except Exception as e:  # noqa: BLE001 - the next tick tries again
+            log.info(failed, error=str(e))
+        await asyncio.sleep(seconds)
+
+
 class RoundsRelay:
     """``read_log`` is the seam for tests (kwok runs no containers, so pods have no logs)."""
 
@@ -59,12 +71,7 @@ class RoundsRelay:
         self.relayed: dict[str, int] = {}  # rendezvous id → last round published
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.relay_once()
-            except Exception as e:  # noqa: BLE001 - the next tick tries again
-                log.info("rendezvous rounds not relayed this time", error=str(e))
-            await asyncio.sleep(self.every_seconds)
+        await every(self.every_seconds, self.relay_once, "rendezvous rounds not relayed this time")
 
     async def relay_once(self) -> int:
         """Publish what the running rendezvous pods closed since the last time; the count."""
@@ -119,12 +126,7 @@ class RoundsRelay:
 
     def _hosts(self) -> list[Obj]:
         selector = f"{GANG_LABEL},{RENDEZVOUS_LABEL}"
-        if self.namespace:
-            response = self.core.list_namespaced_pod(self.namespace, label_selector=selector,
-                                                     _preload_content=False)
-        else:
-            response = self.core.list_pod_for_all_namespaces(label_selector=selector,
-                                                             _preload_content=False)
+        response = list_pods(self.core, self.namespace, label_selector=selector, _preload_content=False)
         return list(response_json(response).get("items") or [])
 
     def _worker_uids(self, name: str, namespace: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ controller ignores steps that are not newer. Nothing is kept but the last step p
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
@@ -22,8 +23,10 @@ from alnair.v1 import job_pb2
 from alnair_common import Bus, get_logger, subjects
 from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL
 
-from ._job_objects import MANAGED_BY, PROGRESS_CONTAINER
-from ._job_rounds import LogReader, read_log
+from ._job_objects import MANAGED_SELECTOR, PROGRESS_CONTAINER
+from ._job_rounds import LogReader, every
+from ._job_rounds import read_log as read_log_of
+from ._kube_client import list_pods
 from ._kube_errors import response_json
 
 log = get_logger("alnair.kube-bridge.steps")
@@ -54,16 +57,11 @@ class StepsRelay:
         self.namespace = namespace
         self.every_seconds = every_seconds
         self.per_job = per_job
-        self.read_log = read_log or (lambda ns, pod, c: read_log_tail(self.core, ns, pod, c))
+        self.read_log = read_log or partial(read_log_of, self.core, tail_lines=5)
         self.published: dict[tuple[str, str], int] = {}  # (namespace, job) → last step sent
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.relay_once()
-            except Exception as e:  # noqa: BLE001 - the next tick tries again
-                log.info("training steps not relayed this time", error=str(e))
-            await asyncio.sleep(self.every_seconds)
+        await every(self.every_seconds, self.relay_once, "training steps not relayed this time")
 
     async def relay_once(self) -> int:
         """Publish each job's newest step if it is new; how many were published."""
@@ -101,15 +99,6 @@ class StepsRelay:
         return published
 
     def _running_workers(self) -> list[Obj]:
-        selector = ",".join([JOB_LABEL, *(f"{k}={v}" for k, v in MANAGED_BY.items())])
-        kwargs = {"label_selector": selector, "field_selector": "status.phase=Running",
-                  "_preload_content": False}
-        if self.namespace:
-            response = self.core.list_namespaced_pod(self.namespace, **kwargs)
-        else:
-            response = self.core.list_pod_for_all_namespaces(**kwargs)
+        response = list_pods(self.core, self.namespace, label_selector=f"{JOB_LABEL},{MANAGED_SELECTOR}",
+                             field_selector="status.phase=Running", _preload_content=False)
         return list(response_json(response).get("items") or [])
-
-
-def read_log_tail(core: k8s.CoreV1Api, namespace: str, pod: str, container: str) -> str:
-    return read_log(core, namespace, pod, container, tail_lines=5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
@@ -26,3 +28,11 @@ def api_client(settings: KubeBridgeSettings) -> k8s.ApiClient:
         where = (f"ALNAIR_KUBECONFIG={settings.kubeconfig}" if settings.kubeconfig
                  else "in-cluster credentials (no ALNAIR_KUBECONFIG set)")
         raise ConfigError(f"cannot configure the Kubernetes client from {where}: {e}") from e
+
+
+def list_pods(core: k8s.CoreV1Api, namespace: str, **kwargs: Any) -> Any:
+    """List pods of ``namespace``, or of every namespace when it is empty (the bridge's
+    scope: ALNAIR_WATCH_NAMESPACE unset); ``kwargs`` go to the API call."""
+    if namespace:
+        return core.list_namespaced_pod(namespace, **kwargs)
+    return core.list_pod_for_all_namespaces(**kwargs)

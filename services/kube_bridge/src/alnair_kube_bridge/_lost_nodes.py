@@ -26,12 +26,12 @@ from kubernetes import client as k8s
 
 from alnair_common import get_logger
 
-from ._job_objects import MANAGED_BY
+from ._job_objects import MANAGED_SELECTOR
 from ._job_workers import JOBS_ROLE
+from ._kube_client import list_pods
 from ._kube_errors import KubeApiError, api_call
 
 log = get_logger("alnair.kube-bridge.lost-nodes")
-_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 Obj = dict[str, Any]
 
 
@@ -54,13 +54,8 @@ class LostNodes:
         return self._delete(lost, reason="its node is no longer in the cluster")
 
     def _managed_pods(self, field_selector: str) -> list[k8s.V1Pod]:
-        kwargs = {"label_selector": _SELECTOR, "field_selector": field_selector}
-        if self.namespace:
-            listing = api_call("list the job pods of a lost node", lambda: self.core.list_namespaced_pod(
-                self.namespace, **kwargs))
-        else:
-            listing = api_call("list the job pods of a lost node",
-                               lambda: self.core.list_pod_for_all_namespaces(**kwargs))
+        listing = api_call("list the job pods of a lost node", lambda: list_pods(
+            self.core, self.namespace, label_selector=MANAGED_SELECTOR, field_selector=field_selector))
         return [p for p in listing.items if p.status is None or p.status.phase not in ("Succeeded", "Failed")]
 
     def _delete(self, pods: list[k8s.V1Pod], *, reason: str) -> list[str]:
