@@ -3,6 +3,8 @@ directory, and Alluxio 2.9 (master + worker + proxy); the same tests for each.""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from cache_support import MIB, assert_consistent, reopened, stored_chunks, write_dataset
 
@@ -10,6 +12,7 @@ from alnair_common.testing import wait_until
 from alnair_dataset import (
     Budget,
     CapacityError,
+    FileEntry,
     InvalidSpecError,
     SourceChangedError,
     TierUnavailableError,
@@ -174,3 +177,50 @@ def test_a_proxy_without_the_rest_api_is_named_with_the_setting_to_change(alluxi
             tier.usage()
     finally:
         proxy.stop()
+
+
+def test_an_entry_left_open_by_a_dead_writer_reads_as_absent_and_is_replaced(alluxio):
+    """Alluxio keeps a file whose writer never closed it "incomplete", and reading it fails:
+    the tier reads it as a miss, and the next record replaces it."""
+    tier = open_tier(alluxio, budget_bytes=MIB, prefix="t")
+    entry = FileEntry("a/b.bin", 3, "v1", ("0" * 64,))
+    tier.record_file("ds", entry)
+    where = tier.rest.status(f"{tier.root}/datasets/ds/files")["path"] + "/a%2Fb.bin"
+    tier.rest.delete(where)
+    tier.rest.call(where, "create-file", {"recursive": True})  # opened, never closed
+    assert tier.file_entry("ds", "a/b.bin") is None
+    assert tier.manifest("ds") == {}
+    tier.record_file("ds", entry)
+    assert tier.file_entry("ds", "a/b.bin") == entry
+    tier.close()
+
+
+def test_an_entry_read_while_two_writers_rewrite_it_is_whole_or_absent(tier):
+    """A reader's write-back and the hydrator may record the same file at once while a third
+    process reads it: every read is one writer's whole entry or nothing, never an error."""
+    versions = [FileEntry("a/b.bin", n, f"v{n}", (f"{n:064x}",)) for n in range(1, 9)]
+    tier.record_file("ds", versions[0])
+    failures: list[BaseException] = []
+
+    def write(mine: list[FileEntry]) -> None:
+        try:
+            for _ in range(6):
+                for entry in mine:
+                    tier.record_file("ds", entry)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            failures.append(e)
+
+    writers = [threading.Thread(target=write, args=(versions[i::2],)) for i in range(2)]
+    for w in writers:
+        w.start()
+    seen: list[FileEntry | None] = []
+    try:
+        while any(w.is_alive() for w in writers):
+            seen.append(tier.file_entry("ds", "a/b.bin"))
+    finally:
+        for w in writers:
+            w.join()
+    assert not failures, failures
+    assert seen and all(e is None or e in versions for e in seen)
+    assert tier.file_entry("ds", "a/b.bin") in versions
+    assert list(tier.manifest("ds")) == ["a/b.bin"]

@@ -19,8 +19,9 @@ The proxy must run with ``alluxio.proxy.s3.v2.version.enabled=false``: 2.9's sec
 servlet otherwise takes every path under ``/api/v1`` and this API answers empty 200s.
 
 Errors: the proxy answers 500 with ``{"statusCode": ..., "message": ...}``; NOT_FOUND and
-ALREADY_EXISTS become :class:`NotFound` and :class:`Exists` (the tier's control flow),
-everything else, and any connection failure, :class:`~alnair_dataset.TierUnavailableError`.
+ALREADY_EXISTS become :class:`NotFound` and :class:`Exists` (the tier's control flow), a
+read of a file not yet closed :class:`Incomplete`, everything else, and any connection
+failure, :class:`~alnair_dataset.TierUnavailableError`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class NotFound(Exception):
 
 class Exists(Exception):
     pass
+
+
+class Incomplete(Exception):
+    """The file is there but its writer has not closed it (yet, or ever: it died)."""
 
 
 def _requests() -> Any:
@@ -103,6 +108,8 @@ class AlluxioRest:
             raise NotFound(message)
         if status == "ALREADY_EXISTS":
             raise Exists(message)
+        if "is incomplete" in message:
+            raise Incomplete(message)
         raise TierUnavailableError(f"Alluxio proxy at {self.where}: {what} failed: HTTP "
                                    f"{r.status_code} {status or ''} {message}".rstrip())
 
@@ -138,7 +145,7 @@ class AlluxioRest:
                                              "writeType": self.write_type})
 
     def read(self, path: str) -> bytes:
-        """The bytes of ``path``; NotFound if absent."""
+        """The bytes of ``path``; NotFound if absent, Incomplete if not closed."""
         stream = int(self.call(path, "open-file").text)
         streams = f"{self.base}/streams/{stream}"
         try:

@@ -51,10 +51,11 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote, urlparse
 
-from ._alluxio_rest import WRITE_TYPES, AlluxioRest, Exists, NotFound
+from ._alluxio_rest import WRITE_TYPES, AlluxioRest, Exists, Incomplete, NotFound
 from ._errors import InvalidSpecError
 from ._manifest import FileEntry
 from ._tier import DatasetFootprint, TierUsage
@@ -63,6 +64,8 @@ TMP = "+tmp+"
 DOOMED = "+doomed+"
 STALE_TMP_SECONDS = 3600.0
 PARALLEL_CALLS = 8
+# A read that finds a file still open waits this long for its writer, then reads it as absent.
+INCOMPLETE_WAITS = (0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 def _q(name: str) -> str:
@@ -145,9 +148,22 @@ class AlluxioTier:
                 self.rest.delete(tmp)
 
     def _read(self, path: str) -> bytes | None:
+        """``path``'s bytes; None if absent, or still open after :data:`INCOMPLETE_WAITS`.
+
+        Every write goes aside and is renamed into place once closed, yet CI once saw a
+        manifest entry read as incomplete while a write-back rewrote it (cause unknown):
+        absent is the answer that is never wrong (a miss: read from the source and written
+        again, which replaces the entry)."""
+        for wait in INCOMPLETE_WAITS:
+            try:
+                return self.rest.read(path)
+            except NotFound:
+                return None
+            except Incomplete:
+                time.sleep(wait)
         try:
             return self.rest.read(path)
-        except NotFound:
+        except (NotFound, Incomplete):
             return None
 
     def _now(self) -> float:
