@@ -25,6 +25,7 @@ from ._errors import (
     SourceChangedError,
     SourceError,
     SourceUnreachableError,
+    TierPermissionError,
     TierUnavailableError,
 )
 from ._filesystem import DatasetFileSystem
@@ -67,6 +68,7 @@ __all__ = [
     "SourceFile",
     "SourceUnreachableError",
     "StoreResult",
+    "TierPermissionError",
     "TierUnavailableError",
     "TierUsage",
     "chunk_id",

@@ -22,6 +22,14 @@ class TierUnavailableError(DatasetError):
     temporary = True
 
 
+class TierPermissionError(TierUnavailableError):
+    """The tier's user may not do this (a read-only reader's write, another namespace's data
+    set); readers read from the source instead, and stop writing back."""
+
+    reason = "tier-permission-denied"
+    temporary = False
+
+
 class CapacityError(DatasetError):
     """The tier's byte budget cannot hold what a data set needs."""
 

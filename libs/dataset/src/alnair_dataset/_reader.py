@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import DatasetError, InvalidSpecError, TierUnavailableError
+from ._errors import DatasetError, InvalidSpecError, TierPermissionError, TierUnavailableError
 from ._manifest import FileEntry
 from ._open import open_tier
 from ._sources import Source, SourceFile, open_source
@@ -268,6 +268,8 @@ class DatasetReader:
                 self._manifest[file.path] = result.entry
                 with self.stats._lock:
                     self.stats.written_back += 1
+        except TierPermissionError:
+            self._write_back = False  # read-only credentials (Kubernetes pods): the hydrator fills
         except TierUnavailableError:
             self._trip()
         except DatasetError:
