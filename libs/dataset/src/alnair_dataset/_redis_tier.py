@@ -9,7 +9,12 @@ Key layout (``P`` is the prefix, ``g`` the first two hex digits of the chunk id)
   cluster's servers, and the tier's usage is the sum of 256 small hashes.
 * ``P:ds:{<dataset>}:files`` the manifest (path → entry JSON), ``P:ds:{<dataset>}:chunks``
   the journal of every chunk id the data set took a reference on, and ``P:ds:{<dataset>}:meta``
-  its source, patterns and phase, so a reader needs only the name (one slot per data set).
+  its source, patterns and phase, so a reader needs only the name (one slot per data set);
+  ``P:ds:{<dataset>}:readers`` its readers' leases and ``P:ds:{<dataset>}:last_read`` when
+  one last renewed (the only keys a reader writes).
+* Users: the hydrator's (the URL's, or the default user) may do everything; each Kubernetes
+  namespace's pods get a read-only user (:meth:`RedisTier.grant_reader`,
+  ``alnair_common.tier_readers``).
 
 Redis must run with ``maxmemory-policy noeviction``: the tier keeps its own budget, and a
 server evicting chunks behind its back would leave manifests pointing at nothing (readers
@@ -29,7 +34,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-from ._errors import InvalidSpecError, TierUnavailableError
+from ._errors import InvalidSpecError, TierPermissionError, TierUnavailableError
 from ._manifest import FileEntry
 from ._tier import DatasetFootprint, TierUsage
 
@@ -68,20 +73,29 @@ redis.call('DEL', KEYS[2])
 return size
 """
 
+# What a namespace's reader may run: its data sets' descriptions and manifests (read), chunks
+# (read, by id), its leases (write); and what redis-py sends on connecting to a cluster
+# (its CLIENT SETINFO, unknown before Redis 7.2, may fail: redis-py ignores that).
+READER_COMMANDS = ("+get", "+hget", "+hgetall", "+zadd", "+zrem", "+set", "+time", "+ping",
+                   "+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly")
+
 REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.ResponseError,
+                redis_py.exceptions.RedisClusterException,
                 redis_py.exceptions.ClusterError, redis_py.exceptions.ClusterDownError,
                 redis_py.exceptions.SlotNotCoveredError, OSError)
 
 
 def connect(url: str, *, timeout: float = 2.0) -> Any:
-    """A client for ``redis://host:port/db`` or ``redis-cluster://[:password@]host:port[,host:port]``."""
+    """A client for ``redis://[user:password@]host:port/db`` or
+    ``redis-cluster://[user:password@]host:port[,host:port]``."""
     parsed = urlparse(url)
     if parsed.scheme == "redis-cluster":
         userinfo, _, hosts = parsed.netloc.rpartition("@")
-        password = unquote(userinfo.partition(":")[2]) or None
+        user, _, password = userinfo.partition(":")
         nodes = [ClusterNode(*_host_port(part)) for part in hosts.split(",")]
         try:
-            return RedisCluster(startup_nodes=nodes, password=password, socket_timeout=timeout,
+            return RedisCluster(startup_nodes=nodes, username=unquote(user) or None,
+                                password=unquote(password) or None, socket_timeout=timeout,
                                 socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 1))
         except REDIS_ERRORS as e:
             raise TierUnavailableError(f"Redis Cluster at {parsed.netloc} unreachable: {e}") from e
@@ -100,6 +114,10 @@ def _host_port(part: str) -> tuple[str, int]:
 def _reachable(what: str) -> Iterator[None]:
     try:
         yield
+    except redis_py.exceptions.NoPermissionError as e:
+        raise TierPermissionError(f"Redis tier: {what} is not permitted for this tier user "
+                                  f"(a pod's read-only user reads only its namespace's data "
+                                  f"sets): {e}") from e
     except REDIS_ERRORS as e:
         raise TierUnavailableError(f"Redis tier: {what} failed: {type(e).__name__}: {e}") from e
 
@@ -220,14 +238,20 @@ class RedisTier:
 
     def meta(self, dataset: str) -> dict[str, str]:
         with _reachable("reading a data set's description"):
-            raw = self.client.hgetall(self._ds(dataset, "meta"))
-        return {k.decode(): v.decode() for k, v in raw.items()}
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(self._ds(dataset, "meta"))
+            pipe.get(self._ds(dataset, "last_read"))
+            raw, last_read = pipe.execute()
+        meta = {k.decode(): v.decode() for k, v in raw.items()}
+        if meta and last_read:
+            meta["last_read"] = last_read.decode()
+        return meta
 
     def lease(self, dataset: str, reader: str, ttl: float) -> None:
         with _reachable("renewing a reader's lease"):
             now = self._now()
             self.client.zadd(self._ds(dataset, "readers"), {reader: now + ttl})
-            self.client.hset(self._ds(dataset, "meta"), "last_read", f"{now:.3f}")
+            self.client.set(self._ds(dataset, "last_read"), f"{now:.3f}")
 
     def unlease(self, dataset: str, reader: str) -> None:
         with _reachable("ending a reader's lease"):
@@ -248,7 +272,38 @@ class RedisTier:
         with _reachable("dropping a manifest"):
             self.client.delete(self._ds(dataset, "meta"))
             self.client.delete(self._ds(dataset, "readers"))
+            self.client.delete(self._ds(dataset, "last_read"))
             self.client.delete(self._ds(dataset, "files"))
+
+    # -- users ------------------------------------------------------------------------------
+
+    def grant_reader(self, namespace: str, user: str, password: str) -> None:
+        """Make (or remake) ``user``: a reader of ``namespace``'s data sets only, on every
+        server of a cluster (Redis keeps users per server). Idempotent; a remade user keeps
+        its connections."""
+        ds = f"{self.prefix}:ds:{{{namespace}.*}}"
+        rules = ["reset", "on", f">{password}", f"%R~{ds}:meta", f"%R~{ds}:files",
+                 f"~{ds}:readers", f"~{ds}:last_read", f"%R~{self.prefix}:chunk:*",
+                 *READER_COMMANDS]
+        with _reachable(f"granting {user}"):
+            self._on_every_server("ACL", "SETUSER", user, *rules)
+
+    def readers_granted(self, prefix: str) -> set[str]:
+        """The users whose name starts with ``prefix`` on any server."""
+        with _reachable("listing users"):
+            replies = self._on_every_server("ACL", "USERS")
+        return {u.decode() for reply in replies for u in reply if u.decode().startswith(prefix)}
+
+    def revoke_reader(self, user: str) -> None:
+        """Delete ``user`` (its connections are closed) on every server."""
+        with _reachable(f"revoking {user}"):
+            self._on_every_server("ACL", "DELUSER", user)
+
+    def _on_every_server(self, *command: str) -> list[Any]:
+        if isinstance(self.client, RedisCluster):
+            replies = self.client.execute_command(*command, target_nodes=RedisCluster.ALL_NODES)
+            return list(replies.values()) if isinstance(replies, dict) else [replies]
+        return [self.client.execute_command(*command)]
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
