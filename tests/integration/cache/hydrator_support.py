@@ -46,10 +46,10 @@ async def add(bus: Bus, dataset: cache_pb2.CacheDatasetSpec) -> str:
     return request_id
 
 
-async def remove(bus: Bus, name: str) -> str:
+async def remove(bus: Bus, name: str, namespace: str = "") -> str:
     request_id = uuid.uuid4().hex
     await bus.publish(subjects.cache_requests(), cache_pb2.CacheDatasetRequest(
-        request_id=request_id, remove=cache_pb2.CacheDatasetRemove(name=name)))
+        request_id=request_id, remove=cache_pb2.CacheDatasetRemove(name=name, namespace=namespace)))
     return request_id
 
 

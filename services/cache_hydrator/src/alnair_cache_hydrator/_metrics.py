@@ -23,3 +23,5 @@ DATASET_PROGRESS = Gauge("alnair_cache_dataset_progress_ratio",
                          ["namespace", "dataset"])
 DATASET_BYTES = Gauge("alnair_cache_dataset_cached_bytes", "Bytes of each data set in the tier.",
                       ["namespace", "dataset"])
+TIER_READERS = Gauge("alnair_cache_tier_reader_users",
+                     "Read-only tier users kept, one per namespace with data sets (0: none made).")

@@ -40,6 +40,7 @@ from ._errors import InvalidRequestError, TierBusyError
 from ._hydration import Hydration
 from ._metrics import DATASET_BYTES, DATASET_PROGRESS, EVICTIONS, OUTCOMES
 from ._settings import CacheHydratorSettings
+from ._tier_readers import TierReaders
 from ._tier_stats import TierStats
 
 BUCKET = "cache_datasets"
@@ -58,6 +59,7 @@ class CacheHydratorService(Service):
         self.jobs: dict[str, tuple[Hydration, asyncio.Task[DatasetStatus]]] = {}
         self._tier: CacheTier | None = None
         self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
+        self._readers: TierReaders | None = None
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -72,6 +74,11 @@ class CacheHydratorService(Service):
                 self._start(status)
         self.spawn(TierStats(self.tier, self.settings.tier_url).follow(
             self.settings.cache_stats_interval_seconds), "tier-stats")
+        key = self.settings.cache_reader_key.get_secret_value()
+        if key:
+            self._readers = TierReaders(self.tier, key, self.kv.keys)
+            self.spawn(self._readers.follow(self.settings.cache_readers_interval_seconds),
+                       "tier-readers")
         await self.consume(DurableConsumer(
             self.bus, stream="CACHE", durable="cache-hydrator-requests",
             subject=subjects.cache_requests(), message_type=cache_pb2.CacheDatasetRequest,
@@ -130,6 +137,8 @@ class CacheHydratorService(Service):
                                message="waiting to list the source")
         await self._put(status)
         self._start(status)
+        if self._readers is not None:
+            self._readers.poke()
 
     async def _remove(self, request: RemoveRequest) -> None:
         old = await self._status(request.key)
@@ -145,6 +154,8 @@ class CacheHydratorService(Service):
                                    message=f"removed; {freed} bytes freed in the tier"))
         assert self.kv is not None
         await self.kv.delete(_bucket_key(request.key))
+        if self._readers is not None:
+            self._readers.poke()
 
     async def _release(self, key: str, name: str) -> int:
         """Drop every reference ``key`` holds and its manifest; bytes freed."""

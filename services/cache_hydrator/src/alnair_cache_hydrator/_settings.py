@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
 
@@ -33,6 +33,15 @@ class CacheHydratorSettings(ServiceSettings):
         0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
                              "the training jobs sharing the source or network; 0: none")
 
+    cache_reader_key: SecretStr = Field(
+        SecretStr(""), description="Key the per-namespace read-only tier users' passwords are "
+                                   "derived from (alnair_common.tier_readers; the admission "
+                                   "webhook holds the same). Empty: no users are made, pods get "
+                                   "no tier. Only Redis tiers have users")
+    cache_readers_interval_seconds: float = Field(
+        30.0, gt=0, le=3600, description="How often the tier users are made again (a restarted "
+                                         "Redis server has none until then)")
+
     cache_tier_nodes: str = Field(
         "", description="Comma-separated nodes on which the tier's bytes are local to a reader "
                         "(the node of a node-local dir:/// tier, the node a co-located Redis runs "
@@ -48,6 +57,14 @@ class CacheHydratorSettings(ServiceSettings):
                                            "alluxio://", "dir:///")):
             raise ValueError(f"{value!r} must start with redis://, rediss://, redis-cluster://, "
                              "alluxio:// or dir:///")
+        return value
+
+    @field_validator("cache_reader_key")
+    @classmethod
+    def _key_length(cls, value: SecretStr) -> SecretStr:
+        if value.get_secret_value() and len(value.get_secret_value()) < 16:
+            raise ValueError("the cache reader key must be at least 16 characters (scripts/"
+                             "bus-credentials writes a random one into alnair-credentials)")
         return value
 
     @property
