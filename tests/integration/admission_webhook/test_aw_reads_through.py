@@ -88,3 +88,36 @@ async def test_a_seed_pod_reads_misses_where_its_container_mounts_the_host_path(
         assert reader.name == name and reader.key == f"{ns}.{name}"
         assert read_all(reader) == FILES
         assert (reader.stats.hits, reader.stats.misses) == (1, 3)
+
+
+async def test_a_pod_reads_through_its_namespaces_read_only_user_and_writes_nothing(
+        webhook: Webhook, redis: RedisDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a reader key the pod's URL names its namespace's tier user (made here as the
+    hydrator makes it): unchanged code, write-back on by default, reads hits from the tier
+    and misses from the source, and its write-backs are refused without a tier error."""
+    from alnair_common.tier_readers import reader_password, reader_user
+
+    key = "webhook-and-hydrator-share-this-key"
+    ns = webhook.kube.namespace
+    write_source(tmp_path / "shared" / "imagenet")
+    uri = f"file://{tmp_path / 'shared' / 'imagenet'}"
+    hydrate(redis.url, redis.prefix, f"{ns}.imagenet", uri, files=2)
+    admin = open_tier(redis.url, prefix=redis.prefix, budget_bytes=1 << 30)
+    admin.grant_reader(ns, reader_user(ns), reader_password(key, ns))
+    await put_status(webhook.nats, ns, "imagenet", uri)
+    webhook.overrides = {"pod_tier_url": redis.url, "pod_cache_prefix": redis.prefix,
+                         "cache_reader_key": key}
+    await webhook.start()
+    try:
+        pod, _ = await webhook.create_pod(pod_manifest("reader", {DATASET: "imagenet"}))
+        container_env(pod, monkeypatch)
+        assert os.environ["ALNAIR_CACHE_TIER_URL"].startswith(f"redis://{reader_user(ns)}:")
+        with DatasetReader() as reader:
+            assert read_all(reader) == FILES
+            reader.flush(timeout=10)
+            assert (reader.stats.hits, reader.stats.misses) == (2, 2)
+            assert reader.stats.written_back == 0 and reader.stats.tier_errors == 0
+        assert len(admin.manifest(f"{ns}.imagenet")) == 2
+    finally:
+        admin.revoke_reader(reader_user(ns))
+        admin.close()

@@ -174,3 +174,21 @@ def test_env_from_is_warned_about_since_the_webhook_cannot_see_it() -> None:
         {"name": "main", "image": "t", "envFrom": [{"configMapRef": {"name": "cfg"}}]}])
     m = mutate_pod(p, NS, lookup, TIER)
     assert any("envFrom" in w and "'main'" in w for w in m.warnings)
+
+
+def test_with_a_reader_key_a_pod_gets_its_namespaces_tier_user_and_never_the_hydrators() -> None:
+    from alnair_common.tier_readers import reader_url
+
+    key = "r" * 32
+    keyed = CacheEndpoint("redis-cluster://:admin-pw@redis-0:6379,redis-1:6379", "alnair",
+                          reader_key=key)
+    assert key not in repr(keyed)
+    p = pod({DATASET: "imagenet"})
+    env = env_of(apply_patch(p, mutate_pod(p, NS, lookup, keyed).patch)["spec"]["containers"][0])
+    assert env["ALNAIR_CACHE_TIER_URL"] == reader_url(keyed.tier_url, key, NS)
+    assert env["ALNAIR_CACHE_TIER_URL"].startswith("redis-cluster://alnair-reader-team-a:")
+    assert "admin-pw" not in json.dumps(mutate_pod(p, NS, lookup, keyed).patch)
+    # a tier without users (a node's directory) is handed as it is
+    plain = CacheEndpoint("dir:///var/lib/alnair/cache", "alnair", reader_key=key)
+    env = env_of(apply_patch(p, mutate_pod(p, NS, lookup, plain).patch)["spec"]["containers"][0])
+    assert env["ALNAIR_CACHE_TIER_URL"] == "dir:///var/lib/alnair/cache"

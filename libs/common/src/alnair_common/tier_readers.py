@@ -39,11 +39,18 @@ def reader_user(namespace: str) -> str:
     return USER_PREFIX + namespace
 
 
+def check_key(key: str) -> str:
+    """``key`` if it is empty (no users) or long enough to derive passwords from."""
+    if key and len(key) < 16:
+        raise ValueError("the cache reader key must be at least 16 characters "
+                         "(scripts/bus-credentials writes a random one into alnair-credentials)")
+    return key
+
+
 def reader_password(key: str, namespace: str) -> str:
     """The password of ``reader_user(namespace)``, derived from the reader key."""
-    if len(key) < 16:
-        raise ValueError("the cache reader key must be at least 16 characters "
-                         "(scripts/bus-credentials writes a random one)")
+    if not check_key(key):
+        raise ValueError("no cache reader key to derive a tier user's password from")
     reader_user(namespace)  # validates
     digest = hmac.new(key.encode(), f"alnair-cache-reader:{namespace}".encode(), hashlib.sha256)
     return digest.hexdigest()

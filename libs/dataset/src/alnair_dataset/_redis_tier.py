@@ -74,10 +74,12 @@ return size
 """
 
 # What a namespace's reader may run: its data sets' descriptions and manifests (read), chunks
-# (read, by id), its leases (write); and what redis-py sends on connecting to a cluster
-# (its CLIENT SETINFO, unknown before Redis 7.2, may fail: redis-py ignores that).
+# (read, by id), its leases (write); and what redis-py sends on connecting: SELECT for a URL's
+# database (key patterns hold in every database), and to a cluster (its CLIENT SETINFO,
+# unknown before Redis 7.2, may fail: redis-py ignores that).
 READER_COMMANDS = ("+get", "+hget", "+hgetall", "+zadd", "+zrem", "+set", "+time", "+ping",
-                   "+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly")
+                   "+select", "+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes",
+                   "+readonly")
 
 REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.ResponseError,
                 redis_py.exceptions.RedisClusterException,

@@ -11,7 +11,9 @@ training images, and this service needs only its variable names.
   ``ALNAIR_DATASET_<NAME>_PATH``, the mountPath (misses are read there: the hydrator's path
   is the node's, not the container's);
 * always ``ALNAIR_DATASET_NAMESPACE`` (the tier keys a data set ``<namespace>.<name>``),
-  ``ALNAIR_CACHE_TIER_URL`` and ``ALNAIR_CACHE_PREFIX``;
+  ``ALNAIR_CACHE_TIER_URL`` and ``ALNAIR_CACHE_PREFIX``; with a reader key, the URL carries
+  the pod's namespace's read-only tier user (``alnair_common.tier_readers``), never the
+  hydrator's credential;
 * ``AWS_ENDPOINT_URL_S3`` only where the operator configured a cache-side S3 endpoint and a
   data set's source is ``s3://``.
 """
@@ -19,7 +21,9 @@ training images, and this service needs only its variable names.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from alnair_common.tier_readers import has_users, reader_url
 
 DATASET = "ALNAIR_DATASET"
 DATASETS = "ALNAIR_DATASETS"
@@ -38,12 +42,20 @@ def dataset_variable(name: str, suffix: str) -> str:
 
 @dataclass(frozen=True)
 class CacheEndpoint:
-    """Where pods read the cache: the tier URL and key prefix the hydrator writes with, and
-    a cache-side S3 endpoint if one exists (empty: none, s3:// readers are left alone)."""
+    """Where pods read the cache: the tier URL (as pods reach it, without credentials) and key
+    prefix the hydrator writes with, the key their namespace's tier user is derived from
+    (empty: the URL is handed as it is), and a cache-side S3 endpoint if one exists (empty:
+    none, s3:// readers are left alone)."""
 
     tier_url: str
     prefix: str = "alnair"
     s3_endpoint: str = ""
+    reader_key: str = field(default="", repr=False)
+
+    def tier_url_for(self, namespace: str) -> str:
+        if self.reader_key and has_users(self.tier_url):
+            return reader_url(self.tier_url, self.reader_key, namespace)
+        return self.tier_url
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,7 @@ def shared_environment(datasets: Sequence[PodDataset], namespace: str,
         env += [(dataset_variable(d.name, "SOURCE"), d.source) for d in datasets]
     env.append((NAMESPACE, namespace))
     if endpoint.tier_url:
-        env.append((TIER_URL, endpoint.tier_url))
+        env.append((TIER_URL, endpoint.tier_url_for(namespace)))
     env.append((PREFIX, endpoint.prefix))
     if endpoint.s3_endpoint and any(d.source.startswith("s3://") for d in datasets):
         env.append((AWS_S3_ENDPOINT, endpoint.s3_endpoint))

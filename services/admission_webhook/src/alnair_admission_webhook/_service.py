@@ -69,10 +69,15 @@ class AdmissionWebhookService(Service):
         self.loaded = await asyncio.to_thread(tls.ensure)
         self.log.info("tls ready", secret=f"{s.webhook_namespace}/{s.tls_secret}",
                       action=self.loaded.action)
-        endpoint = CacheEndpoint(s.pod_tier_url, s.pod_cache_prefix, s.pod_s3_endpoint)
+        endpoint = CacheEndpoint(s.pod_tier_url, s.pod_cache_prefix, s.pod_s3_endpoint,
+                                 s.cache_reader_key.get_secret_value())
         if not s.pod_tier_url:
             self.log.warning("no ALNAIR_POD_TIER_URL: pods get the data sets' names and sources "
                              "but no tier, so they read from the sources")
+        elif "@" in s.pod_tier_url.partition("://")[2].partition("/")[0] and not endpoint.reader_key:
+            self.log.warning("ALNAIR_POD_TIER_URL carries a credential and there is no "
+                             "ALNAIR_CACHE_READER_KEY: every annotated pod is handed it; set the "
+                             "key so that pods get their namespace's read-only user instead")
         self.server = AdmissionServer(self.catalog.lookup, endpoint, self._report, s.listen_host,
                                       s.listen_port, s.data_dir / "admission-webhook")
         self.server.load(self.loaded.pki)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
+from alnair_common.tier_readers import check_key
 
 
 class AdmissionWebhookSettings(ServiceSettings):
@@ -37,12 +38,23 @@ class AdmissionWebhookSettings(ServiceSettings):
     pod_tier_url: str = Field(
         "", description="ALNAIR_CACHE_TIER_URL handed to pods (the tier the hydrator writes, "
                         "as pods reach it); empty: pods read from their sources only")
+    cache_reader_key: SecretStr = Field(
+        SecretStr(""), description="Key each namespace's read-only tier user is derived from "
+                                   "(the cache hydrator's ALNAIR_CACHE_READER_KEY): pods get "
+                                   "their namespace's user in the tier URL. Empty: the URL is "
+                                   "handed as it is (a tier without users)")
     pod_cache_prefix: str = Field("alnair", min_length=1,
                                   description="ALNAIR_CACHE_PREFIX handed to pods (the hydrator's)")
     pod_s3_endpoint: str = Field(
         "", description="a cache-side S3 endpoint serving the data sets' buckets read-through; "
                         "set as AWS_ENDPOINT_URL_S3 in pods with an s3:// data set. Empty: none")
     api_timeout_seconds: float = Field(5.0, gt=0, le=120)
+
+    @field_validator("cache_reader_key")
+    @classmethod
+    def _key_length(cls, value: SecretStr) -> SecretStr:
+        check_key(value.get_secret_value())
+        return value
 
     @property
     def extra_names(self) -> list[str]:

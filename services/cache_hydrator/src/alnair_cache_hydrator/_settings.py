@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
+from alnair_common.tier_readers import check_key
 
 
 class CacheHydratorSettings(ServiceSettings):
@@ -62,9 +63,7 @@ class CacheHydratorSettings(ServiceSettings):
     @field_validator("cache_reader_key")
     @classmethod
     def _key_length(cls, value: SecretStr) -> SecretStr:
-        if value.get_secret_value() and len(value.get_secret_value()) < 16:
-            raise ValueError("the cache reader key must be at least 16 characters (scripts/"
-                             "bus-credentials writes a random one into alnair-credentials)")
+        check_key(value.get_secret_value())
         return value
 
     @property
