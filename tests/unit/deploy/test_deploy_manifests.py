@@ -358,7 +358,7 @@ def test_profiler_stores_profiles_in_the_bundle_mongodb(monkeypatch: pytest.Monk
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_stores_admit_every_alnair_pod_and_only_those(overlay: str) -> None:
     docs = render(overlay)
-    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    policy = find(docs, "NetworkPolicy", "alnair-stores-from-alnair-only")
     guarded = set(policy["spec"]["podSelector"]["matchExpressions"][0]["values"])
     assert guarded == {"alnair-nats", "alnair-mongodb", "alnair-redis"}
     (rule,) = policy["spec"]["ingress"]
@@ -368,6 +368,36 @@ def test_stores_admit_every_alnair_pod_and_only_those(overlay: str) -> None:
         labels = workload["spec"]["template"]["metadata"]["labels"]
         for key, value in peer["podSelector"]["matchLabels"].items():
             assert labels.get(key) == value, f"{workload['metadata']['name']}'s pods would be cut off the bus"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_training_pods_reach_only_the_redis_client_port_as_their_namespaces_user(
+        overlay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = render(overlay)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} == {"alnair-stores-from-alnair-only",
+                                                         "alnair-cache-readers"}
+    readers = find(docs, "NetworkPolicy", "alnair-cache-readers")
+    assert readers["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "alnair-redis"}}
+    (rule,) = readers["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]  # not the cluster bus (16379)
+    if overlay != "dev":
+        return
+    # The webhook and the hydrator derive the same users from the same key, for the same servers.
+    secrets = secret_values(docs)
+    env = {}
+    for name in ("alnair-admission-webhook", "alnair-cache-hydrator"):
+        env[name] = resolved_env(main_container(find(docs, "Deployment", name)), secrets)
+    key = env["alnair-cache-hydrator"]["ALNAIR_CACHE_READER_KEY"]
+    assert key and key == env["alnair-admission-webhook"]["ALNAIR_CACHE_READER_KEY"]
+    for k, value in env["alnair-admission-webhook"].items():
+        monkeypatch.setenv(k, value)
+    webhook = load_settings(settings_class("admission_webhook"))
+    pod_hosts = webhook.pod_tier_url.removeprefix("redis-cluster://").split(",")
+    hydrator_hosts = env["alnair-cache-hydrator"]["ALNAIR_CACHE_TIER_URL"].partition("@")[2].split(",")
+    assert [h.split(".")[0] for h in pod_hosts] == [h.split(".")[0] for h in hydrator_hosts]
+    assert all(h.endswith(".alnair-redis.alnair-system.svc:6379") for h in pod_hosts)
+    assert "@" not in webhook.pod_tier_url  # no credential for every pod
 
 
 def test_scheduler_name_agrees_across_bridge_scheduler_and_examples(tmp_path: Path) -> None:
