@@ -132,3 +132,19 @@ def test_users_are_listed_and_a_revoked_one_falls_back_to_the_source(admin, gran
     assert admin.readers_granted(USER_PREFIX) == {"alnair-reader-team-b"}
     with pytest.raises(TierUnavailableError):
         open_tier(url, budget_bytes=1, prefix="t").meta("team-a.images")
+
+
+def test_a_reader_cannot_keep_its_data_set_from_eviction_by_forging_leases(admin, grant, data):
+    """What a namespace's user may write (its leases, its last read) cannot pin its data sets:
+    a lease longer than any reader takes is dropped, a last read in the future reads as now."""
+    root, _ = data
+    hydrate_directly(admin, "team-a.images", f"file://{root}")
+    mine = open_tier(grant("team-a"), budget_bytes=1 << 40, prefix="t")
+    mine.lease("team-a.images", "honest", 30)
+    mine.client.zadd("t:ds:{team-a.images}:readers", {"forged": 1e12})
+    mine.client.set("t:ds:{team-a.images}:last_read", "1e12")
+    assert admin.readers("team-a.images") == 1
+    assert float(admin.meta("team-a.images")["last_read"]) < 1e11
+    mine.client.set("t:ds:{team-a.images}:last_read", "not a number")
+    assert float(admin.meta("team-a.images")["last_read"]) == 0
+    mine.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -81,6 +82,9 @@ READER_COMMANDS = ("+get", "+hget", "+hgetall", "+zadd", "+zrem", "+set", "+time
                    "+select", "+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes",
                    "+readonly")
 
+# The longest lease a reader may take (DatasetReader's lease_seconds: 30 by default).
+MAX_LEASE_SECONDS = 3600.0
+
 REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.ResponseError,
                 redis_py.exceptions.RedisClusterException,
                 redis_py.exceptions.ClusterError, redis_py.exceptions.ClusterDownError,
@@ -105,6 +109,13 @@ def connect(url: str, *, timeout: float = 2.0) -> Any:
         raise InvalidSpecError(f"tier URL {url!r} must start with redis://, rediss:// or "
                                "redis-cluster://")
     return redis_py.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def _number(raw: bytes) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return 0.0
 
 
 def _host_port(part: str) -> tuple[str, int]:
@@ -245,8 +256,8 @@ class RedisTier:
             pipe.get(self._ds(dataset, "last_read"))
             raw, last_read = pipe.execute()
         meta = {k.decode(): v.decode() for k, v in raw.items()}
-        if meta and last_read:
-            meta["last_read"] = last_read.decode()
+        if meta and last_read:  # readers write it: one in the future is read as now
+            meta["last_read"] = f"{min(_number(last_read), time.time()):.3f}"
         return meta
 
     def lease(self, dataset: str, reader: str, ttl: float) -> None:
@@ -260,9 +271,13 @@ class RedisTier:
             self.client.zrem(self._ds(dataset, "readers"), reader)
 
     def readers(self, dataset: str) -> int:
+        """Live leases. Readers write their own: one longer than :data:`MAX_LEASE_SECONDS`
+        is forged (it would keep the data set from eviction for ever) and is dropped."""
         with _reachable("counting readers"):
             key = self._ds(dataset, "readers")
-            self.client.zremrangebyscore(key, "-inf", self._now())
+            now = self._now()
+            self.client.zremrangebyscore(key, "-inf", now)
+            self.client.zremrangebyscore(key, f"({now + MAX_LEASE_SECONDS}", "+inf")
             return int(self.client.zcard(key))
 
     def _now(self) -> float:
