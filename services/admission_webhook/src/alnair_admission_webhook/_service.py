@@ -16,11 +16,10 @@ import asyncio
 from typing import ClassVar
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.config.config_exception import ConfigException
 
 from alnair.v1 import cache_pb2
-from alnair_common import ConfigError, KVWatch, Service, ServiceSettings, TypedKV
+from alnair_common import KVWatch, Service, ServiceSettings, TypedKV
+from alnair_common.kube_client import api_client
 
 from ._catalog import DatasetCatalog
 from ._errors import CertificateError
@@ -60,7 +59,7 @@ class AdmissionWebhookService(Service):
     async def setup(self) -> None:
         s = self.settings
         assert self.bus is not None
-        self._api = api_client(s)
+        self._api = api_client(s.kubeconfig)
         core = k8s.CoreV1Api(self._api)
         self._events = PodEvents(core, timeout=s.api_timeout_seconds)
         tls = self.tls = TlsSecret(core, s.webhook_namespace, s.tls_secret, PkiPolicy(
@@ -152,18 +151,3 @@ class AdmissionWebhookService(Service):
                 self._events.warn, review.namespace, review.pod, reason, message))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
-
-
-def api_client(settings: AdmissionWebhookSettings) -> k8s.ApiClient:
-    """An ApiClient, or ConfigError saying which credentials were missing and how to give them."""
-    cfg = k8s.Configuration()
-    try:
-        if settings.kubeconfig is not None:
-            k8s_config.load_kube_config(config_file=str(settings.kubeconfig), client_configuration=cfg)
-        else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
-        return k8s.ApiClient(cfg)
-    except (ConfigException, OSError, TypeError, ValueError) as e:
-        where = (f"ALNAIR_KUBECONFIG={settings.kubeconfig}" if settings.kubeconfig
-                 else "in-cluster credentials (no ALNAIR_KUBECONFIG set)")
-        raise ConfigError(f"cannot configure the Kubernetes client from {where}: {e}") from e
