@@ -4,7 +4,6 @@ when a server restarts without it, removed with the namespace's last data set.""
 
 from __future__ import annotations
 
-import pytest
 from cache_support import write_dataset
 from hydrator_support import PHASE, add, remove, running, settings, settled, spec, status
 
@@ -15,19 +14,12 @@ from alnair_dataset import DatasetReader, open_tier
 KEY = "a-reader-key-of-32-characters..."
 
 
-@pytest.fixture(params=["single", "cluster"])
-def tier_url(request):
-    if request.param == "single":
-        return request.getfixturevalue("redis_node")().url
-    return request.getfixturevalue("redis_cluster")(masters=3).url
-
-
 async def test_each_namespace_with_a_data_set_gets_a_reader_that_reads_it(
-        bus, nats_server, tier_url, tmp_path, monkeypatch):
+        bus, nats_server, redis_url, tmp_path, monkeypatch):
     files = write_dataset(tmp_path / "data" / "set", files=3)
     source = f"file://{tmp_path}/data/set"
-    admin = open_tier(tier_url, budget_bytes=1 << 40, prefix="t")
-    s = settings(nats_server.url, tier_url, tmp_path, cache_allowed_roots=str(tmp_path / "data"),
+    admin = open_tier(redis_url, budget_bytes=1 << 40, prefix="t")
+    s = settings(nats_server.url, redis_url, tmp_path, cache_allowed_roots=str(tmp_path / "data"),
                  cache_reader_key=KEY, cache_readers_interval_seconds=600)
     async with running(s):
         for namespace in ("team-a", "team-b"):
@@ -44,7 +36,7 @@ async def test_each_namespace_with_a_data_set_gets_a_reader_that_reads_it(
         await wait_for(lambda: users({"alnair-reader-team-a", "alnair-reader-team-b"}),
                        timeout=10, what="a user per namespace")
         monkeypatch.setenv("ALNAIR_DATASET_NAMESPACE", "team-a")
-        with DatasetReader("images", tier_url=reader_url(tier_url, KEY, "team-a"),
+        with DatasetReader("images", tier_url=reader_url(redis_url, KEY, "team-a"),
                            prefix="t") as reader:
             assert {p: reader.read(p) for p in reader.files()} == files
             assert reader.stats.misses == 0 and reader.stats.tier_errors == 0

@@ -14,13 +14,6 @@ from alnair_dataset import DatasetReader, FileEntry, TierPermissionError, TierUn
 KEY = "a-reader-key-of-32-characters..."
 
 
-@pytest.fixture(params=["single", "cluster"])
-def admin_url(request):
-    if request.param == "single":
-        return request.getfixturevalue("redis_node")().url
-    return request.getfixturevalue("redis_cluster")(masters=3).url
-
-
 @pytest.fixture
 def data(tmp_path):
     files = write_dataset(tmp_path / "src", files=4, size=MIB + 333)
@@ -29,18 +22,18 @@ def data(tmp_path):
 
 
 @pytest.fixture
-def admin(admin_url):
-    tier = open_tier(admin_url, budget_bytes=1 << 40, prefix="t")
+def admin(redis_url):
+    tier = open_tier(redis_url, budget_bytes=1 << 40, prefix="t")
     yield tier
     tier.close()
 
 
 @pytest.fixture
-def grant(admin, admin_url):
+def grant(admin, redis_url):
     """Make a namespace's reader as the hydrator does; the URL its pods are handed."""
     def make(namespace: str) -> str:
         admin.grant_reader(namespace, reader_user(namespace), reader_password(KEY, namespace))
-        return reader_url(admin_url, KEY, namespace)
+        return reader_url(redis_url, KEY, namespace)
     return make
 
 
