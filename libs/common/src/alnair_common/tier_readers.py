@@ -3,8 +3,9 @@
 A training pod that reads its data set through the cache needs the tier's address and a
 credential. The hydrator's own credential would let any tenant overwrite or delete every data
 set, so each namespace gets a tier user of its own that can read only that namespace's data
-sets (their descriptions and manifests), read chunks by id, and write only its readers'
-leases: a read-only user of a Redis tier (``RedisTier.grant_reader``).
+sets (their descriptions and manifests) and chunks by id, and write nothing — not even its
+readers' leases, since any write would let a tenant fill the memory every namespace shares:
+a read-only user of a Redis tier (``RedisTier.grant_reader``).
 
 The password is derived, not stored: HMAC-SHA256 of the namespace under the reader key
 (Secret ``alnair-credentials``, key ``cache-reader-key``). The hydrator, which holds the

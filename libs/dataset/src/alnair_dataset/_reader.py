@@ -289,11 +289,15 @@ class DatasetReader:
                 self._budget = Budget(self.tier)
             return self._budget
 
+    _lease_refused = False  # set once a read-only tier user may not write its lease
+
     def _renew(self) -> None:
-        if self.tier is None:
+        if self.tier is None or self._lease_refused:
             return
         try:
             self.tier.lease(self.key, self._reader_id, self._lease_seconds)
+        except TierPermissionError:
+            self._lease_refused = True  # a Kubernetes pod's read-only user: nothing to renew
         except TierUnavailableError:
             self._trip()
 

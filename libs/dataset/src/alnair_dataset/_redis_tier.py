@@ -11,7 +11,7 @@ Key layout (``P`` is the prefix, ``g`` the first two hex digits of the chunk id)
   the journal of every chunk id the data set took a reference on, and ``P:ds:{<dataset>}:meta``
   its source, patterns and phase, so a reader needs only the name (one slot per data set);
   ``P:ds:{<dataset>}:readers`` its readers' leases and ``P:ds:{<dataset>}:last_read`` when
-  one last renewed (the only keys a reader writes).
+  one last renewed (the only keys a reader writes, and only a reader with the hydrator's user).
 * Users: the hydrator's (the URL's, or the default user) may do everything; each Kubernetes
   namespace's pods get a read-only user (:meth:`RedisTier.grant_reader`,
   ``alnair_common.tier_readers``).
@@ -74,13 +74,13 @@ redis.call('DEL', KEYS[2])
 return size
 """
 
-# What a namespace's reader may run: its data sets' descriptions and manifests (read), chunks
-# (read, by id), its leases (write); and what redis-py sends on connecting: SELECT for a URL's
-# database (key patterns hold in every database), and to a cluster (its CLIENT SETINFO,
-# unknown before Redis 7.2, may fail: redis-py ignores that).
-READER_COMMANDS = ("+get", "+hget", "+hgetall", "+zadd", "+zrem", "+set", "+time", "+ping",
-                   "+select", "+command", "+cluster|slots", "+cluster|shards", "+cluster|nodes",
-                   "+readonly")
+# What a namespace's reader may run: reads of its data sets' descriptions and manifests and of
+# chunks by id, nothing that writes (a write, even of its own lease, would let a tenant fill
+# the servers' memory that every namespace shares); and what redis-py sends on connecting:
+# SELECT for a URL's database (key patterns hold in every database), and to a cluster (its
+# CLIENT SETINFO, unknown before Redis 7.2, may fail: redis-py ignores that).
+READER_COMMANDS = ("+get", "+hget", "+hgetall", "+time", "+ping", "+select", "+command",
+                   "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly")
 
 # The longest lease a reader may take (DatasetReader's lease_seconds: 30 by default).
 MAX_LEASE_SECONDS = 3600.0
@@ -271,8 +271,8 @@ class RedisTier:
             self.client.zrem(self._ds(dataset, "readers"), reader)
 
     def readers(self, dataset: str) -> int:
-        """Live leases. Readers write their own: one longer than :data:`MAX_LEASE_SECONDS`
-        is forged (it would keep the data set from eviction for ever) and is dropped."""
+        """Live leases. One longer than :data:`MAX_LEASE_SECONDS` (a reader's bug, or a forger
+        with the hydrator's user) would keep the data set from eviction for ever: dropped."""
         with _reachable("counting readers"):
             key = self._ds(dataset, "readers")
             now = self._now()
@@ -295,13 +295,13 @@ class RedisTier:
     # -- users ------------------------------------------------------------------------------
 
     def grant_reader(self, namespace: str, user: str, password: str) -> None:
-        """Make (or remake) ``user``: a reader of ``namespace``'s data sets only, on every
+        """Make (or remake) ``user``: a reader of ``namespace``'s data sets only, that writes
+        nothing (not even leases: its readers' use is the platform's to track), on every
         server of a cluster (Redis keeps users per server). Idempotent; a remade user keeps
         its connections."""
         ds = f"{self.prefix}:ds:{{{namespace}.*}}"
-        rules = ["reset", "on", f">{password}", f"%R~{ds}:meta", f"%R~{ds}:files",
-                 f"~{ds}:readers", f"~{ds}:last_read", f"%R~{self.prefix}:chunk:*",
-                 *READER_COMMANDS]
+        rules = ["reset", "on", f">{password}", f"%R~{ds}:meta", f"%R~{ds}:last_read",
+                 f"%R~{ds}:files", f"%R~{self.prefix}:chunk:*", *READER_COMMANDS]
         with _reachable(f"granting {user}"):
             self._on_every_server("ACL", "SETUSER", user, *rules)
 
