@@ -6,6 +6,10 @@ exists and every chunk is there, otherwise from the source (and, if asked, writt
 the next epoch hits). A tier error opens a breaker for ``breaker_seconds``: reads go
 straight to the source instead of waiting on a dead server's time-out for every file.
 
+Write-backs are a cache fill, never worth slowing a read for: they run on a small executor of
+their own, and a miss found with :data:`WRITE_BACK_QUEUE_BYTES` already waiting to be written
+is not written back (the next epoch's miss writes it).
+
 Snapshot semantics: a hit returns the bytes as they were when hydrated; the hydrator
 notices changes on its next run (versions differ) and re-hydrates those files.
 """
@@ -22,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import DatasetError, InvalidSpecError, TierPermissionError, TierUnavailableError
+from ._errors import CapacityError, DatasetError, InvalidSpecError, TierPermissionError, TierUnavailableError
 from ._manifest import FileEntry
 from ._open import open_tier
 from ._sources import Source, SourceFile, open_source
@@ -44,6 +48,13 @@ ENV_PREFIX = "ALNAIR_CACHE_PREFIX"
 ENV_SOURCE = "ALNAIR_DATASET_SOURCE"
 ENV_PATH = "ALNAIR_DATASET_PATH"
 ENV_NAMESPACE = "ALNAIR_DATASET_NAMESPACE"
+
+# Write-backs: threads of their own (few: on a busy machine they compete with the reads for the
+# CPU and the GIL), the bytes that may wait for them, and how often to re-read whether the data
+# set is still in the tier and, once the budget ran out, whether it has room again.
+WRITE_BACK_THREADS = 2
+WRITE_BACK_QUEUE_BYTES = 256 << 20
+RECHECK_SECONDS = 1.0
 
 
 def dataset_variable(name: str, suffix: str) -> str:
@@ -94,6 +105,7 @@ class ReadStats:
     tier_bytes: int = 0
     source_bytes: int = 0
     written_back: int = 0
+    write_backs_dropped: int = 0  # misses not written back: the queue was full
     tier_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -130,9 +142,15 @@ class DatasetReader:
         self._down_until = 0.0
         self._write_back = write_back
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alnair-read")
+        self._writer = ThreadPoolExecutor(max_workers=WRITE_BACK_THREADS,
+                                          thread_name_prefix="alnair-write-back")
         self._writing: set[str] = set()
+        self._queued_bytes = 0
         self._write_futures: set[Future[None]] = set()
         self._budget: Budget | None = None
+        self._listed_checked = float("-inf")  # when the tier last said whether it has the data set
+        self._listed = True
+        self._full_until = 0.0  # the budget ran out: no write-back until then
         self._lock = threading.Lock()
         self.tier: CacheTier | None = None
         meta: dict[str, str] = {}
@@ -244,25 +262,26 @@ class DatasetReader:
         return data[start - first:end - first]
 
     def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
-        if not (self._write_back and self._known and self.tier is not None):
+        if not (self._write_back and self._known and self.tier is not None and self.tier.budget_bytes):
             return
-        if time.monotonic() < self._down_until:
+        if time.monotonic() < max(self._down_until, self._full_until):
             return
         with self._lock:
             if file.path in self._writing:
                 return
+            if self._writing and self._queued_bytes + file.size > WRITE_BACK_QUEUE_BYTES:
+                self.stats.write_backs_dropped += 1
+                return
             self._writing.add(file.path)
-        future = self._pool.submit(self._write, file, data)
-        with self._lock:
+            self._queued_bytes += file.size
+            future = self._writer.submit(self._write, file, data)
             self._write_futures.add(future)
         future.add_done_callback(self._write_futures.discard)
 
     def _write(self, file: SourceFile, data: bytes | None) -> None:
         assert self.tier is not None
         try:
-            if self.tier.meta(self.key):  # not removed meanwhile
-                if self.tier.budget_bytes == 0:
-                    return
+            if self._still_listed():  # not removed meanwhile
                 result = store_file(self.tier, self.key, self.source, file, self._write_budget(),
                                     data=data)
                 self._manifest[file.path] = result.entry
@@ -272,11 +291,26 @@ class DatasetReader:
             self._write_back = False  # read-only credentials (Kubernetes pods): the hydrator fills
         except TierUnavailableError:
             self._trip()
+        except CapacityError:
+            self._full_until = time.monotonic() + RECHECK_SECONDS
         except DatasetError:
-            pass  # over budget or changed: the next read goes to the source again
+            pass  # changed: the next read goes to the source again
         finally:
             with self._lock:
                 self._writing.discard(file.path)
+                self._queued_bytes -= file.size
+
+    def _still_listed(self) -> bool:
+        """Whether the data set is still in the tier (its description is), asked at most once
+        per :data:`RECHECK_SECONDS` rather than once per write-back, which was one more round
+        trip per file. A data set removed meanwhile gets no entry written after this
+        notices; those written before are the same race a per-file check had, only longer."""
+        assert self.tier is not None
+        now = time.monotonic()
+        if now - self._listed_checked >= RECHECK_SECONDS:
+            self._listed = bool(self.tier.meta(self.key))
+            self._listed_checked = now
+        return self._listed
 
     def _write_budget(self) -> Budget:
         """One budget for all of this reader's write-backs: it reads the tier's usage once
@@ -312,7 +346,7 @@ class DatasetReader:
         self._down_until = time.monotonic() + self._breaker_seconds
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until the write-backs started so far are done (close() abandons them)."""
+        """Wait until the write-backs queued so far are done (close() abandons them)."""
         with self._lock:
             pending = list(self._write_futures)
         for future in pending:
@@ -321,6 +355,7 @@ class DatasetReader:
     def close(self) -> None:
         self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._writer.shutdown(wait=True, cancel_futures=True)
         if self.tier is not None:
             if self._known:
                 try:

@@ -2,9 +2,12 @@
 
 Both the hydrator and the data client (writing back a miss) store files this way. For each
 chunk: if the tier has it, only a reference is added; otherwise the bytes are stored,
-within the tier's budget. The manifest entry is written last, after the source confirmed
-that the bytes read are of the version listed, so a file is either wholly cached and
-listed or not listed at all. Repeating a file (after a crash) changes nothing twice.
+within the tier's budget. A small chunk (up to :data:`SEND_WITHOUT_ASKING`) is sent without
+asking first whether the tier has it, since the tier stores a chunk only if absent anyway:
+one round trip fewer per small file (a fifth of its write-back on Redis). The manifest entry
+is written last, after the source confirmed that the bytes read are of the version listed,
+so a file is either wholly cached and listed or not listed at all. Repeating a file (after a
+crash) changes nothing twice.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ._sources import Source, SourceFile
 from ._tier import CacheTier
 
 GIB = 1 << 30
+SEND_WITHOUT_ASKING = 64 << 10
 
 
 def gib(n: int) -> str:
@@ -39,18 +43,31 @@ class Budget:
 
     def reserve(self, size: int, *, needed: int = 0) -> None:
         """Account for ``size`` new bytes, or raise CapacityError saying what is missing."""
+        if not self.try_reserve(size):
+            free = max(0, self._budget - self._stored)
+            raise CapacityError(
+                f"needs {gib(max(needed, size))} more, {gib(free)} free in tier "
+                f"{self.tier.name} (budget {gib(self._budget)}, {gib(self._stored)} "
+                "stored); remove or unpin data sets, or raise the budget")
+
+    def try_reserve(self, size: int) -> bool:
+        """Account for ``size`` new bytes if they fit; False if not (and the next call reads
+        the tier's usage again: room may have been made meanwhile)."""
         with self._lock:
             if self._since >= self._refresh_every:
                 usage = self.tier.usage()
                 self._stored, self._budget, self._since = usage.stored_bytes, usage.budget_bytes, 0
             self._since += 1
             if self._stored + size > self._budget:
-                free = max(0, self._budget - self._stored)
-                raise CapacityError(
-                    f"needs {gib(max(needed, size))} more, {gib(free)} free in tier "
-                    f"{self.tier.name} (budget {gib(self._budget)}, {gib(self._stored)} "
-                    "stored); remove or unpin data sets, or raise the budget")
+                self._since = self._refresh_every
+                return False
             self._stored += size
+            return True
+
+    def give_back(self, size: int) -> None:
+        """Un-account bytes reserved for a chunk that turned out to be stored already."""
+        with self._lock:
+            self._stored -= size
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,12 @@ def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, 
         end = min(file.size, start + chunk_bytes)
         piece = data[start:end] if data is not None else source.read(file, start, end)
         cid = chunk_id(piece)
-        if not tier.ref_existing(dataset, cid):
+        if len(piece) <= SEND_WITHOUT_ASKING and budget.try_reserve(len(piece)):
+            if tier.put_chunk(dataset, cid, piece):
+                new_bytes += len(piece)
+            else:
+                budget.give_back(len(piece))
+        elif not tier.ref_existing(dataset, cid):
             budget.reserve(len(piece), needed=file.size - start)
             if tier.put_chunk(dataset, cid, piece, journaled=True):
                 new_bytes += len(piece)
