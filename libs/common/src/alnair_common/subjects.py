@@ -208,8 +208,9 @@ BUCKETS: tuple[BucketSpec, ...] = (
                writers=("scheduler",),
                readers=(*ADAPTERS, "device-plugin", "exporter", "elastic-job")),
     BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
-               "a restarted adapter neither repeats nor skips a transition.",
-               writers=ADAPTERS, readers=("scheduler",)),
+               "a restarted adapter neither repeats nor skips a transition; the cache "
+               "hydrator reads which data sets live workloads name.",
+               writers=ADAPTERS, readers=("scheduler", "cache-hydrator")),
     BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
                writers=("kube-bridge",), readers=("scheduler",)),
     BucketSpec("leases", "Who leads each replicated service (alnair_common.leadership).",

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from alnair.v1 import cache_pb2
+from alnair.v1 import cache_pb2, workload_pb2
 from alnair_common import (
     BusUnavailableError,
     DurableConsumer,
@@ -42,9 +42,12 @@ from ._metrics import DATASET_BYTES, DATASET_PROGRESS, EVICTIONS, OUTCOMES
 from ._settings import CacheHydratorSettings
 from ._tier_readers import TierReaders
 from ._tier_stats import TierStats
+from ._workload_readers import BUCKET as WORKLOADS_BUCKET
+from ._workload_readers import WorkloadReaders
 
 BUCKET = "cache_datasets"
 ACTIVE = (Phase.PENDING, Phase.HYDRATING)
+CATCH_UP_SECONDS = 30.0
 
 
 class CacheHydratorService(Service):
@@ -60,6 +63,7 @@ class CacheHydratorService(Service):
         self._tier: CacheTier | None = None
         self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
         self._readers: TierReaders | None = None
+        self.workload_readers = WorkloadReaders()
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -72,6 +76,11 @@ class CacheHydratorService(Service):
             if status.phase in ACTIVE:
                 self.log.info("resuming hydration", dataset=key)
                 self._start(status)
+        # What live workloads read, before anything may be evicted (a pod holds no lease).
+        watch = await (await TypedKV.open(self.bus, WORKLOADS_BUCKET,
+                                          workload_pb2.WorkloadEvent)).watch()
+        self.spawn(self.workload_readers.follow(watch), "workload-readers")
+        await watch.caught_up(CATCH_UP_SECONDS)
         self.spawn(TierStats(self.tier, self.settings.tier_url).follow(
             self.settings.cache_stats_interval_seconds), "tier-stats")
         key = self.settings.cache_reader_key.get_secret_value()
@@ -222,8 +231,9 @@ class CacheHydratorService(Service):
                 del self.jobs[key]
 
     async def _make_room(self, for_key: str, needed: int) -> tuple[list[str], list[str]]:
-        """Evict READY data sets that are neither pinned nor being read (no live reader lease),
-        least recently read first, until ``needed`` bytes are free or none is left."""
+        """Evict READY data sets that are neither pinned nor being read (no live reader lease,
+        no live workload naming it), least recently read first, until ``needed`` bytes are
+        free or none is left."""
         assert self.kv is not None
         tier = self.tier()
         candidates: list[tuple[float, str, DatasetStatus]] = []
@@ -234,7 +244,8 @@ class CacheHydratorService(Service):
                 continue
             if status.spec.pin:
                 kept.append(f"{key} (pinned)")
-            elif key in self.jobs or await asyncio.to_thread(tier.readers, key):
+            elif (key in self.jobs or key in self.workload_readers.reading()
+                  or await asyncio.to_thread(tier.readers, key)):
                 kept.append(f"{key} (being read)")
             else:
                 meta = await asyncio.to_thread(tier.meta, key)
