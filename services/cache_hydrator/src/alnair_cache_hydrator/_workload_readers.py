@@ -5,8 +5,8 @@ A pod on Kubernetes reads the tier as its namespace's read-only user and writes 
 instead: each workload's last state (kube-bridge's WorkloadEvent, its ``ai.centaurus.io/``
 annotations included) names its data sets in ``ai.centaurus.io/dataset``. A data set that a
 pending, bound or running workload names is not evicted. The seed's ``cacheDataset: "yes"``
-names no data set in the annotations (its names come from the pod's volumes), so those are
-shielded only by their readers' leases. A malformed annotation names nothing here (the
+names no data set in the annotations (its names come from the pod's volumes), so on
+Kubernetes those are not shielded yet. A malformed annotation names nothing here (the
 admission webhook reports it on the pod).
 """
 
