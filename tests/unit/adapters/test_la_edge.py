@@ -56,6 +56,17 @@ def test_environment_is_the_device_plugins_and_not_the_users(tmp_path: Path) -> 
                    "LD_PRELOAD": "/opt/libalnair_cuda.so",
                    "ALNAIR_VGPU_MEMORY_BYTES": str(8 << 30), "ALNAIR_VGPU_COMPUTE_PERCENT": "30",
                    "ALNAIR_WORKSPACE": str(tmp_path), "ALNAIR_WORKLOAD_ID": "u1"}
+    # The data client's variables pass (alnair run --dataset); no other ALNAIR_* setting does.
+    reader = {"ALNAIR_DATASET": "mnist", "ALNAIR_DATASET_SOURCE": "file:///d", "ALNAIR_DATASETS": "a,b",
+              "ALNAIR_DATASET_A_SOURCE": "s3://a", "ALNAIR_CACHE_TIER_URL": "dir:///c",
+              "ALNAIR_CACHE_PREFIX": "alnair"}
+    env = workload_env({**reader, "ALNAIR_VGPU_COMPUTE_PERCENT": "100", "ALNAIR_MPS_PIPE_DIRECTORY": "/x",
+                        "ALNAIR_LIMITS_FILE": "/tmp/mine"},
+                       CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=8, compute_percent=30),
+                       workspace=workspace, interceptor=None)
+    assert {k: env[k] for k in reader} == reader
+    assert env["ALNAIR_VGPU_COMPUTE_PERCENT"] == "30"
+    assert "ALNAIR_MPS_PIPE_DIRECTORY" not in env and "ALNAIR_LIMITS_FILE" not in env
     without = workload_env({}, CudaShare(workload_id="u1", gpu_uuid="GPU-x", memory_gib=1, compute_percent=5),
                            workspace=workspace, interceptor=None)
     assert "LD_PRELOAD" not in without

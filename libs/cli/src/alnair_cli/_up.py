@@ -65,6 +65,10 @@ def service_children(data_dir: Path, nats_url: str, extra_env: dict[str, str]) -
                "ALNAIR_DATA_DIR": str(data_dir), "ALNAIR_HEALTH_PORT": "0",
                "ALNAIR_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
         env.pop("ALNAIR_CONFIG", None)
+        if name == "cache-hydrator":
+            # One user's workstation: file:// sources anywhere that user can read (only the
+            # user's own identities reach this bus); set the variable to narrow it.
+            env.setdefault("ALNAIR_CACHE_ALLOWED_ROOTS", "/")
         module = "alnair_" + name.replace("-", "_")
         children.append(Child(name=name, argv=[sys.executable, "-m", module], env=env,
                               log_path=data_dir / "logs" / f"{name}.log"))

@@ -40,12 +40,24 @@ def cuda_share(assignment: common_pb2.GpuAssignment, workload_uid: str,
                      mps_pipe_directory=mps_pipe_directory)
 
 
+# The data client's variables (alnair_dataset), which `alnair run --dataset` hands over: they
+# choose what the workload reads, not what it may use, so they pass where no other ALNAIR_*
+# setting does.
+DATA_CLIENT_VARIABLES = ("ALNAIR_DATASET", "ALNAIR_CACHE_TIER_URL", "ALNAIR_CACHE_PREFIX")
+
+
+def submitter_env(base: dict[str, str]) -> dict[str, str]:
+    """What a local process (a workload, a job's rendezvous host) keeps of the submitting
+    shell's environment: no hand-off variable and no ``ALNAIR_*`` setting but the data
+    client's (``ALNAIR_DATASET*``, the tier URL and prefix)."""
+    return {k: v for k, v in base.items() if k not in ENV_VARIABLES
+            and (not k.startswith("ALNAIR_") or k.startswith(DATA_CLIENT_VARIABLES))}
+
+
 def workload_env(base: dict[str, str], share: CudaShare, *, workspace: Workspace,
                  interceptor: Path | None) -> dict[str, str]:
-    """The submitter's environment with the hand-off's variables: none of those, and no
-    other ``ALNAIR_*`` setting, is ever taken from the submitting shell."""
-    env = {k: v for k, v in base.items()
-           if k not in ENV_VARIABLES and not k.startswith("ALNAIR_")}
+    """The submitter's environment (:func:`submitter_env`) with the hand-off's variables."""
+    env = submitter_env(base)
     env.update(interceptor_env(share, workspace=str(workspace.path),
                                interceptor=None if interceptor is None else str(interceptor)))
     return env

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import alnair_lifecycle
 from alnair_common import PermanentError, TemporaryError, get_logger
-from alnair_common.cuda_handoff import ENV_VARIABLES
 
 from ._job_files import JobFiles
+from ._launcher import submitter_env
 from ._workspace import record_process, recorded_process, still_running
 
 log = get_logger("alnair.local-agent")
@@ -60,7 +60,7 @@ class RendezvousHosts:
         where.mkdir(parents=True, exist_ok=True)
         (where / "endpoint").unlink(missing_ok=True)
         python = job_python(env)
-        clean = {k: v for k, v in env.items() if k not in ENV_VARIABLES and not k.startswith("ALNAIR_")}
+        clean = submitter_env(env)
         with open(where / "output.log", "ab", buffering=0) as out:  # noqa: ASYNC230 - once per gang
             process = await asyncio.create_subprocess_exec(
                 python, str(HOST_SCRIPT), "--run-id", rendezvous_id, "--dir", str(where),

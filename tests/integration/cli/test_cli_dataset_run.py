@@ -1,0 +1,50 @@
+"""The README's data set steps as a newcomer runs them: `alnair up`, `alnair dataset add` of a
+local directory, and `alnair run --dataset` of unchanged reading code, which then reads every
+file through the cache (real platform, real subprocesses)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_support import ALNAIR, running_platform
+
+READER = """
+import hashlib, json
+from alnair_dataset import DatasetReader
+with DatasetReader() as reader:
+    digests = {p: hashlib.sha256(reader.read(p)).hexdigest() for p in reader.files()}
+    print(json.dumps({"name": reader.name, "digests": digests, "hits": reader.stats.hits,
+                      "misses": reader.stats.misses}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path) -> None:
+    source = tmp_path / "data" / "mnist"
+    source.mkdir(parents=True)
+    files = {f"part-{i}.bin": os.urandom(50_000 + i) for i in range(3)}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    (tmp_path / "reader.py").write_text(READER)
+    with running_platform(tmp_path, "--gpus", "sim:1x8") as data_dir:
+        def alnair(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*ALNAIR, *args, "--data-dir", str(data_dir)] if args[0] != "run"
+                                  else [*ALNAIR, "run", "--data-dir", str(data_dir), *args[1:]],
+                                  capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+        # No ALNAIR_CACHE_ALLOWED_ROOTS: on a workstation any directory the user reads will do.
+        added = alnair("dataset", "add", "mnist", f"file://{source}")
+        assert added.returncode == 0 and "mnist: ready" in added.stdout, added.stdout + added.stderr
+        run = alnair("run", "--dataset", "mnist", "--name", "reader", "--gpu-memory", "1", "--",
+                     sys.executable, "reader.py")
+        assert run.returncode == 0, run.stdout + run.stderr
+    read = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{")))
+    assert read["name"] == "mnist"
+    assert read["digests"] == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+    assert (read["hits"], read["misses"]) == (len(files), 0)
