@@ -22,6 +22,12 @@ from dataclasses import dataclass
 
 from .annotations import DATASET, SEED_CACHE_DATASET
 
+# The CSI driver that mounts a data set of the pod's namespace read-only into the pod (a CSI
+# ephemeral volume: ``csi: {driver: CSI_DRIVER, readOnly: true, volumeAttributes:
+# {CSI_DATASET: <name>}}``), served through the cache by services/dataset_csi on each node.
+CSI_DRIVER = "datasets.alnair.centaurus.io"
+CSI_DATASET = "dataset"
+
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _SEED_YES = {"yes", "true", "1"}
 
