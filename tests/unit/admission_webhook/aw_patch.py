@@ -21,6 +21,9 @@ def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
             node = node[int(token)] if isinstance(node, list) else node[token]
         if op["op"] == "test":
             assert node[last] == op["value"], op
+        elif isinstance(node, list) and op["op"] == "replace":
+            assert last != "-" and 0 <= int(last) < len(node), f"replace of a missing {op['path']}"
+            node[int(last)] = copy.deepcopy(op["value"])
         elif isinstance(node, list):
             assert op["op"] == "add", op
             node.insert(len(node) if last == "-" else int(last), copy.deepcopy(op["value"]))

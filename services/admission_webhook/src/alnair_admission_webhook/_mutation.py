@@ -11,9 +11,13 @@ The contract (README.md of this service has the user's view):
 * a data set named by the Alnair annotation that the bus does not know is left out of the
   environment and reported (``unknown``; the service sends a Warning Event); a seed-form
   (hostPath) data set is always named: its source is the path, the bus need not know it yet;
+* the seed form's hostPath volumes that every container mounts read-only are switched to the
+  dataset CSI driver under the same name (:mod:`._csi_switch`), so unchanged code reading the
+  mountPath reads through the cache; any other hostPath stays, with a warning saying why;
 * ``ai.centaurus.io/dataset-mutated`` records what was done; containers it lists are not
   touched again, so a re-admission (reinvocation after another webhook) changes only the
-  containers added since, and otherwise nothing;
+  containers added since, and otherwise nothing; the volumes it switched (``switched``:
+  volume → hostPath) are not switched again and still name their data sets;
 * a malformed annotation changes nothing and is reported (``invalid``): the pod is
   admitted, as it would be with the webhook down (failurePolicy Ignore).
 """
@@ -26,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alnair_common.annotations import DATASET, DATASET_MUTATED, SEED_CACHE_DATASET
-from alnair_common.dataset_refs import DatasetRefError, pod_datasets, pod_host_paths
+from alnair_common.dataset_refs import DatasetRefError, pod_datasets
 
+from ._csi_switch import seed_host_paths, switch_volumes
 from ._pod_env import CacheEndpoint, PodDataset, mount_environment, shared_environment
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -62,6 +67,7 @@ class _Marker:
     unknown: list[str] = field(default_factory=list)
     containers: dict[str, list[str]] = field(default_factory=dict)
     kept: dict[str, list[str]] = field(default_factory=dict)
+    switched: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, raw: str | None) -> _Marker:
@@ -71,7 +77,8 @@ class _Marker:
             data = json.loads(raw) if raw else {}
             return cls(list(data.get("datasets", [])), list(data.get("unknown", [])),
                        {str(k): list(v) for k, v in dict(data.get("containers", {})).items()},
-                       {str(k): list(v) for k, v in dict(data.get("kept", {})).items()})
+                       {str(k): list(v) for k, v in dict(data.get("kept", {})).items()},
+                       {str(k): str(v) for k, v in dict(data.get("switched", {})).items()})
         except (ValueError, TypeError, AttributeError):
             return cls()
 
@@ -81,6 +88,8 @@ class _Marker:
             data["kept"] = self.kept
         if self.unknown:
             data["unknown"] = self.unknown
+        if self.switched:
+            data["switched"] = self.switched
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
@@ -96,8 +105,13 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
     if not is_annotated(annotations):
         return PodMutation()
     spec = pod.get("spec") or {}
+    old = _Marker.parse(annotations.get(DATASET_MUTATED))
+    host_paths = seed_host_paths(spec, old.switched)
     try:
-        refs = pod_datasets(annotations, pod_host_paths(spec))
+        refs = pod_datasets(annotations, host_paths)
+        # the seed form alone (an Alnair-form name may stand for one of its data sets too)
+        seed = SEED_CACHE_DATASET in annotations and bool(pod_datasets(
+            {SEED_CACHE_DATASET: annotations[SEED_CACHE_DATASET]}, host_paths))
     except DatasetRefError as e:
         return PodMutation(invalid=str(e), warnings=[
             f"alnair dataset cache: {e}; the pod is admitted without the cache's environment"])
@@ -117,8 +131,8 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
         f"alnair dataset cache: data set {name!r} is not known in namespace {namespace!r}; "
         f"create a Dataset (alnair.centaurus.io/v1) named {name} there. The pod's environment "
         "does not name it" for name in unknown]
-    old = _Marker.parse(annotations.get(DATASET_MUTATED))
-    marker = _Marker(old.datasets or out.datasets, unknown, dict(old.containers), dict(old.kept))
+    marker = _Marker(old.datasets or out.datasets, unknown, dict(old.containers), dict(old.kept),
+                     dict(old.switched))
     shared = shared_environment(resolved, namespace, endpoint)
     for list_name in CONTAINER_LISTS:
         for index, container in enumerate(spec.get(list_name) or ()):
@@ -136,6 +150,11 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
                     f"alnair dataset cache: container {name!r} uses envFrom, which the webhook "
                     "cannot read; the ALNAIR_* variables it set in env override any envFrom "
                     "values of the same names (set them in env to keep yours)")
+    if seed:
+        switch = switch_volumes(spec, old.switched)
+        out.patch += switch.patch
+        out.warnings += switch.warnings
+        marker.switched.update(switch.switched)
     value = marker.dump()
     if out.patch or annotations.get(DATASET_MUTATED) != value:
         op = "replace" if DATASET_MUTATED in annotations else "add"
