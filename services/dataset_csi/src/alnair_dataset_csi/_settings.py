@@ -1,0 +1,49 @@
+"""The plugin's settings (``ALNAIR_*`` environment variables)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from alnair_common.tier_readers import check_key
+
+
+class DatasetCsiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALNAIR_", extra="ignore", frozen=True)
+
+    csi_endpoint: str = Field("unix:///csi/csi.sock",
+                              description="Where the kubelet calls the plugin (a unix socket)")
+    node_name: str = Field(default_factory=socket.gethostname, description="This node's name")
+    pod_tier_url: str = Field(
+        "", description="The cache tier as this node reaches it, without a credential: each "
+                        "mount reads as its pod's namespace's read-only tier user")
+    cache_reader_key: SecretStr = Field(SecretStr(""), description="The hydrator's and the "
+                                        "webhook's ALNAIR_CACHE_READER_KEY")
+    pod_cache_prefix: str = Field("alnair", min_length=1)
+    state_dir: Path = Field(Path("/var/lib/alnair/dataset-csi"),
+                            description="The mounts' logs, one per volume")
+    mount_timeout_seconds: float = Field(60.0, gt=0, le=600)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+
+    @field_validator("cache_reader_key")
+    @classmethod
+    def _key_length(cls, value: SecretStr) -> SecretStr:
+        check_key(value.get_secret_value())
+        return value
+
+    @field_validator("csi_endpoint")
+    @classmethod
+    def _unix(cls, value: str) -> str:
+        if not value.startswith("unix:///"):
+            raise ValueError(f"{value!r}: the kubelet calls node plugins on a unix socket "
+                             "(unix:///absolute/path)")
+        return value
+
+    @property
+    def socket_path(self) -> str:
+        return self.csi_endpoint.removeprefix("unix://")
