@@ -60,7 +60,8 @@ PUBLIC: dict[str, list[str]] = {
         "FileEntry", "InvalidSpecError", "LocalSource", "MountError", "NoSuchBucketError",
         "PathNotAllowedError",
         "ReadStats", "RedisTier", "S3Source", "Source", "SourceChangedError", "SourceError",
-        "SourceFile", "SourceUnreachableError", "StoreResult", "TierPermissionError", "TierUnavailableError", "TierUsage",
+        "SourceFile", "SourceUnreachableError", "StoreResult", "TierPermissionError",
+        "TierUnavailableError", "TierUsage",
         "chunk_id", "connect", "content_defined_chunks", "dataset_environment", "dataset_variable",
         "fixed_chunks", "gib", "is_mounted", "loader_options", "mount",
         "open_source", "open_tier", "selected", "spawn_mount", "store_file", "unmount"
