@@ -39,9 +39,12 @@ from alnair_common.annotations import OWNER_KINDS
 from alnair_common.config import load_settings
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-                  "MutatingWebhookConfiguration"}
+                  "MutatingWebhookConfiguration", "CSIDriver"}
 BUS_MOUNT = "/var/run/secrets/alnair/bus"  # where a service finds its seed and the bus's CA
-NODE_AGENTS = {"alnair-device-plugin", "alnair-exporter"}
+NODE_AGENTS = {"alnair-device-plugin", "alnair-exporter", "alnair-dataset-csi"}
+# The one privileged container: its FUSE mounts reach pods' volumes through Bidirectional
+# mount propagation, which Kubernetes allows privileged containers only.
+PRIVILEGED = {("alnair-dataset-csi", "dataset-csi")}
 BROAD_ROLES = {"cluster-admin", "admin", "edit"}
 
 
@@ -207,7 +210,9 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
             assert spec.get("automountServiceAccountToken") is False, f"{name}: default account with a token"
         else:
             assert account in accounts, f"{name} runs as ServiceAccount {account!r}, which the bundle lacks"
-    for agent in NODE_AGENTS:
+    csi = pod_spec(find(docs, "DaemonSet", "alnair-dataset-csi"))
+    assert csi["automountServiceAccountToken"] is False and csi["serviceAccountName"] not in bound
+    for agent in NODE_AGENTS - {"alnair-dataset-csi"}:  # the CSI plugin uses no API at all
         account = pod_spec(find(docs, "DaemonSet", agent))["serviceAccountName"]
         rules = [r for kind, role in bound[account] for r in roles[(kind, role)]["rules"]]
         assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}], f"{agent}: {rules}"
@@ -240,6 +245,10 @@ def test_containers_are_confined(overlay: str) -> None:
         for container in spec.get("initContainers", []) + spec["containers"]:
             sc = container["securityContext"]
             where = f"{name}/{container['name']}"
+            if (name, container["name"]) in PRIVILEGED:
+                assert sc["privileged"] is True and sc["readOnlyRootFilesystem"] is True, where
+                assert not spec.get("automountServiceAccountToken", True), f"{where}: no API access"
+                continue
             assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False, where
             assert sc["capabilities"]["drop"] == ["ALL"], where
             if name in SERVICES:  # writable only where Tilt syncs sources (dev)
@@ -410,3 +419,34 @@ def test_scheduler_name_agrees_across_bridge_scheduler_and_examples(tmp_path: Pa
                 if d and d["kind"] == "Pod"]
     names = {config["scheduler_name"], bridge["ALNAIR_SCHEDULER_NAME"], *(p["spec"]["schedulerName"] for p in examples)}
     assert names == {"alnair-scheduler"}, f"schedulerName disagrees: {names}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_dataset_csi_plugin_is_registered_where_the_kubelet_looks(
+        overlay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alnair_common.dataset_refs import CSI_DRIVER
+    from alnair_dataset_csi import DatasetCsiSettings
+
+    docs = render(overlay)
+    driver = find(docs, "CSIDriver", CSI_DRIVER)["spec"]
+    assert driver["podInfoOnMount"] is True  # the namespace comes from the kubelet
+    assert driver["volumeLifecycleModes"] == ["Ephemeral"] and driver["attachRequired"] is False
+    daemon = find(docs, "DaemonSet", "alnair-dataset-csi")
+    spec = pod_spec(daemon)
+    registrar, plugin = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    socket_dir = volumes["plugin-dir"]["hostPath"]["path"]
+    assert socket_dir == f"/var/lib/kubelet/plugins/{CSI_DRIVER}"
+    assert f"--kubelet-registration-path={socket_dir}/csi.sock" in registrar["args"]
+    mounts = {m["name"]: m for m in plugin["volumeMounts"]}
+    assert mounts["pods"]["mountPropagation"] == "Bidirectional"
+    assert volumes["pods"]["hostPath"]["path"] == "/var/lib/kubelet/pods"
+    if overlay == "dev":
+        for key, value in resolved_env(plugin, secret_values(docs)).items():
+            monkeypatch.setenv(key, value)
+        settings = DatasetCsiSettings()
+        assert settings.socket_path == f"{mounts['plugin-dir']['mountPath']}/csi.sock"
+        assert settings.cache_reader_key.get_secret_value()
+        webhook = resolved_env(main_container(find(docs, "Deployment", "alnair-admission-webhook")),
+                               secret_values(docs))
+        assert settings.pod_tier_url == webhook["ALNAIR_POD_TIER_URL"]  # the same tier pods read
