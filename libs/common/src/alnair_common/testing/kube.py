@@ -252,6 +252,9 @@ def start_kube_plane(testbin: Testbin, workdir: Path, *,
             f"--service-account-signing-key-file={pki.service_account_key}",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--disable-admission-plugins=ServiceAccount",
+            # As kubeadm and every managed cluster start it: privileged containers are for
+            # the cluster's policy (Pod Security admission) to refuse, not for the server.
+            "--allow-privileged=true",
             # No kube-proxy or endpoints to reconcile, and a loopback address is not a
             # valid endpoint IP anyway.
             "--endpoint-reconciler-type=none",
