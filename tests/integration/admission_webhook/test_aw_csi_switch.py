@@ -1,6 +1,7 @@
-"""The transparent switch through the real API server: a seed pod's read-only hostPath is
-stored as the dataset CSI driver's volume, its writable one as it was, and the API server
-takes the webhook's JSON patch (and the switched pod again, on a second admission)."""
+"""The transparent switch through the real API server: a seed pod's read-only mounts of a
+hostPath are stored pointing at a dataset CSI volume beside it (the hostPath stays, unmounted),
+its writable one as it was, and the API server takes the webhook's JSON patch (and the switched
+pod again, on a second admission)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from conftest import Webhook, pod_manifest
 
+from alnair_admission_webhook._csi_switch import cache_volume_name
 from alnair_common.annotations import DATASET_MUTATED, SEED_CACHE_DATASET
 from alnair_common.dataset_refs import host_path_name
 
@@ -36,20 +38,23 @@ async def test_a_seed_pods_read_only_host_path_is_stored_as_the_csi_volume(webho
     await webhook.start()
     pod, warnings = await webhook.create_pod(seed_pod("switched"))
     stored = volumes(pod)
-    assert stored["images"] == {"name": "images", "csi": {
+    cache = cache_volume_name("images")
+    assert stored[cache] == {"name": cache, "csi": {
         "driver": "datasets.alnair.centaurus.io", "readOnly": True,
         "volumeAttributes": {"dataset": host_path_name("/mnt/images")}}}
-    assert stored["scratch"]["hostPath"]["path"] == "/mnt/scratch"  # written to: stays
+    assert stored["images"]["hostPath"]["path"] == "/mnt/images"  # kept, unmounted
+    assert stored["scratch"]["hostPath"]["path"] == "/mnt/scratch"  # written to: stays mounted
     assert "volume 'scratch' stays on the node's directory" in warnings
     assert "'train' mounts it writable" in warnings and "'images'" not in warnings
-    for c in pod["spec"]["containers"]:  # the mounts the user wrote, subPath included
-        assert [m for m in c["volumeMounts"] if m["name"] in stored] == MOUNTS[c["name"]]
+    for c in pod["spec"]["containers"]:  # the mounts the user wrote, subPath included, renamed
+        want = [{**m, "name": cache} if m["name"] == "images" else m for m in MOUNTS[c["name"]]]
+        assert [m for m in c["volumeMounts"] if m["name"] in stored] == want
     train = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     images, scratch = host_path_name("/mnt/images"), host_path_name("/mnt/scratch")
     assert train["ALNAIR_DATASETS"] == f"{images},{scratch}"
     assert train[f"ALNAIR_DATASET_{images.upper().replace('-', '_')}_PATH"] == "/data"
     marker = json.loads(pod["metadata"]["annotations"][DATASET_MUTATED])
-    assert marker["switched"] == {"images": "/mnt/images"}
+    assert marker["switched"] == {"images": cache}
 
     # the stored pod, created again (a copy keeps the marker): admitted, and changed no further
     again = {"apiVersion": "v1", "kind": "Pod", "spec": pod["spec"],

@@ -11,13 +11,13 @@ The contract (README.md of this service has the user's view):
 * a data set named by the Alnair annotation that the bus does not know is left out of the
   environment and reported (``unknown``; the service sends a Warning Event); a seed-form
   (hostPath) data set is always named: its source is the path, the bus need not know it yet;
-* the seed form's hostPath volumes that every container mounts read-only are switched to the
-  dataset CSI driver under the same name (:mod:`._csi_switch`), so unchanged code reading the
-  mountPath reads through the cache; any other hostPath stays, with a warning saying why;
+* the seed form's hostPath volumes that every container mounts read-only are switched: their
+  mounts point at a dataset CSI volume beside them (:mod:`._csi_switch`), so unchanged code
+  reading the mountPath reads through the cache; any other hostPath stays, with a warning;
 * ``ai.centaurus.io/dataset-mutated`` records what was done; containers it lists are not
   touched again, so a re-admission (reinvocation after another webhook) changes only the
-  containers added since, and otherwise nothing; the volumes it switched (``switched``:
-  volume → hostPath) are not switched again and still name their data sets;
+  containers added since, and otherwise nothing (``switched``: hostPath volume → its cache
+  volume, for whoever reads the pod);
 * a malformed annotation changes nothing and is reported (``invalid``): the pod is
   admitted, as it would be with the webhook down (failurePolicy Ignore).
 """
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alnair_common.annotations import DATASET, DATASET_MUTATED, SEED_CACHE_DATASET
-from alnair_common.dataset_refs import DatasetRefError, pod_datasets
+from alnair_common.dataset_refs import DatasetRefError, pod_datasets, pod_host_paths
 
-from ._csi_switch import seed_host_paths, switch_volumes
+from ._csi_switch import switch_volumes
 from ._pod_env import CacheEndpoint, PodDataset, mount_environment, shared_environment
 
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -106,7 +106,7 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
         return PodMutation()
     spec = pod.get("spec") or {}
     old = _Marker.parse(annotations.get(DATASET_MUTATED))
-    host_paths = seed_host_paths(spec, old.switched)
+    host_paths = pod_host_paths(spec)
     try:
         refs = pod_datasets(annotations, host_paths)
         # the seed form alone (an Alnair-form name may stand for one of its data sets too)
@@ -151,7 +151,7 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
                     "cannot read; the ALNAIR_* variables it set in env override any envFrom "
                     "values of the same names (set them in env to keep yours)")
     if seed:
-        switch = switch_volumes(spec, old.switched)
+        switch = switch_volumes(spec)
         out.patch += switch.patch
         out.warnings += switch.warnings
         marker.switched.update(switch.switched)
