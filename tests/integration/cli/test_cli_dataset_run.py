@@ -1,6 +1,6 @@
 """The README's data set steps as a newcomer runs them: `alnair up`, `alnair dataset add` of a
-local directory, and `alnair run --dataset` of unchanged reading code, which then reads every
-file through the cache (real platform, real subprocesses)."""
+local directory and of an S3 prefix (real versitygw), and `alnair run --dataset` of unchanged
+reading code, which then reads every file through the cache (real platform, subprocesses)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,23 @@ with DatasetReader() as reader:
 
 
 @pytest.mark.timeout(300)
-def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path) -> None:
+def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "data" / "mnist"
     source.mkdir(parents=True)
     files = {f"part-{i}.bin": os.urandom(50_000 + i) for i in range(3)}
     for name, data in files.items():
         (source / name).write_bytes(data)
+    bucket = s3_server.make_bucket()
+    for name, data in files.items():
+        s3_server.client().put_object(Bucket=bucket, Key=f"mnist/{name}", Body=data)
     (tmp_path / "reader.py").write_text(READER)
-    with running_platform(tmp_path, "--gpus", "sim:1x8") as data_dir:
+    # The S3 endpoint and keys as a user exports them, for the platform and the workload alike.
+    s3_env = {"AWS_ENDPOINT_URL": s3_server.endpoint, "AWS_ACCESS_KEY_ID": s3_server.access_key,
+              "AWS_SECRET_ACCESS_KEY": s3_server.secret_key, "AWS_DEFAULT_REGION": "us-east-1"}
+    for key, value in s3_env.items():  # the shell `alnair run` starts from
+        monkeypatch.setenv(key, value)
+    with running_platform(tmp_path, "--gpus", "sim:1x8", env=s3_env) as data_dir:
         def alnair(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([*ALNAIR, *args, "--data-dir", str(data_dir)] if args[0] != "run"
                                   else [*ALNAIR, "run", "--data-dir", str(data_dir), *args[1:]],
@@ -41,10 +50,13 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path) -> None:
         # No ALNAIR_CACHE_ALLOWED_ROOTS: on a workstation any directory the user reads will do.
         added = alnair("dataset", "add", "mnist", f"file://{source}")
         assert added.returncode == 0 and "mnist: ready" in added.stdout, added.stdout + added.stderr
-        run = alnair("run", "--dataset", "mnist", "--name", "reader", "--gpu-memory", "1", "--",
-                     sys.executable, "reader.py")
+        added = alnair("dataset", "add", "mnist-s3", f"s3://{bucket}/mnist")
+        assert added.returncode == 0 and "mnist-s3: ready" in added.stdout, added.stdout + added.stderr
+        runs = {name: alnair("run", "--dataset", name, "--name", f"reader-{name}", "--gpu-memory", "1",
+                             "--", sys.executable, "reader.py") for name in ("mnist", "mnist-s3")}
+    for name, run in runs.items():
         assert run.returncode == 0, run.stdout + run.stderr
-    read = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{")))
-    assert read["name"] == "mnist"
-    assert read["digests"] == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
-    assert (read["hits"], read["misses"]) == (len(files), 0)
+        read = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{")))
+        assert read["name"] == name
+        assert read["digests"] == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+        assert (read["hits"], read["misses"]) == (len(files), 0), name
