@@ -14,7 +14,7 @@ from cache_support import hydrate_directly, write_dataset
 from alnair_common.tier_readers import reader_password, reader_user
 from alnair_dataset import is_mounted, open_tier
 from alnair_dataset_csi import DatasetCsiSettings
-from alnair_dataset_csi._server import start
+from alnair_dataset_csi._server import health, start
 from alnair_kubelet.api import csi, csi_grpc
 
 KEY = "the-reader-key-of-the-cluster..."
@@ -34,7 +34,7 @@ def plane(fuse_ok, redis_node, tmp_path):
                                   state_dir=tmp_path / "state", mount_timeout_seconds=30)
     server = start(settings)
     channel = grpc.insecure_channel(settings.csi_endpoint)
-    yield node, files, csi_grpc.NodeStub(channel), csi_grpc.IdentityStub(channel), tmp_path
+    yield node, files, csi_grpc.NodeStub(channel), csi_grpc.IdentityStub(channel), tmp_path, settings
     channel.close()
     server.stop(grace=None)
     admin.close()
@@ -59,7 +59,7 @@ def target_of(root: Path, pod: str = "uid-1") -> Path:
 
 
 def test_a_pod_volume_is_its_namespaces_data_set_read_only_through_the_cache(plane):
-    _, files, node_stub, identity, root = plane
+    _, files, node_stub, identity, root, _settings = plane
     info = identity.GetPluginInfo(csi.GetPluginInfoRequest())
     assert info.name == "datasets.alnair.centaurus.io"
     assert identity.Probe(csi.ProbeRequest()).ready.value
@@ -89,7 +89,7 @@ def test_a_pod_volume_is_its_namespaces_data_set_read_only_through_the_cache(pla
     ({"volume": "../etc"}, grpc.StatusCode.INVALID_ARGUMENT, "volume id"),
 ])
 def test_what_a_pod_may_not_have_is_refused_with_the_reason(plane, change, code, says):
-    _, _, node_stub, _, root = plane
+    _, _, node_stub, _, root, _settings = plane
     target = target_of(root, "uid-2")
     with pytest.raises(grpc.RpcError) as refused:
         publish(node_stub, target, **change)
@@ -99,7 +99,7 @@ def test_what_a_pod_may_not_have_is_refused_with_the_reason(plane, change, code,
 
 
 def test_a_relative_target_and_a_tier_that_is_down_are_refused(plane):
-    node, _, node_stub, _, root = plane
+    node, _, node_stub, _, root, _settings = plane
     with pytest.raises(grpc.RpcError) as refused:
         publish(node_stub, Path("relative/mount"))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -108,3 +108,20 @@ def test_a_relative_target_and_a_tier_that_is_down_are_refused(plane):
         publish(node_stub, target_of(root, "uid-3"))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # the kubelet tries again
     assert "does not answer" in refused.value.details()
+
+
+def test_the_health_endpoint_follows_the_kubelets_socket(plane):
+    import urllib.error
+    import urllib.request
+
+    *_, settings = plane
+    probes = health(settings)
+    url = f"http://127.0.0.1:{probes.server_address[1]}"
+    try:
+        assert urllib.request.urlopen(f"{url}/healthz", timeout=5).status == 200
+        Path(settings.socket_path).unlink()  # the kubelet can no longer reach the plugin
+        with pytest.raises(urllib.error.HTTPError) as down:
+            urllib.request.urlopen(f"{url}/healthz", timeout=5)
+        assert down.value.code == 503
+    finally:
+        probes.shutdown()

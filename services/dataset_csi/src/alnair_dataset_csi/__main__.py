@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from pydantic import ValidationError
-
-from alnair_common import configure_logging
+from alnair_common import ConfigError, configure_logging, load_settings
 
 from ._server import serve
 from ._settings import DatasetCsiSettings
@@ -14,9 +12,10 @@ from ._settings import DatasetCsiSettings
 
 def main() -> None:
     try:
-        settings = DatasetCsiSettings()
-    except ValidationError as e:
-        sys.exit(f"alnair-dataset-csi: bad settings: {e}")
+        settings = load_settings(DatasetCsiSettings)
+    except ConfigError as e:
+        print(f"alnair-dataset-csi: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
     configure_logging(settings.log_level, settings.log_format, service="dataset-csi",
                       node=settings.node_name)
     serve(settings)

@@ -1,23 +1,19 @@
-"""The plugin's settings (``ALNAIR_*`` environment variables)."""
+"""The plugin's settings (``ALNAIR_*`` environment variables): the services' common ones (its
+health endpoint, logs, node name; it uses no bus) and its own."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from alnair_common import ServiceSettings
 from alnair_common.tier_readers import check_key
 
 
-class DatasetCsiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ALNAIR_", extra="ignore", frozen=True)
-
+class DatasetCsiSettings(ServiceSettings):
     csi_endpoint: str = Field("unix:///csi/csi.sock",
                               description="Where the kubelet calls the plugin (a unix socket)")
-    node_name: str = Field(default_factory=socket.gethostname, description="This node's name")
     pod_tier_url: str = Field(
         "", description="The cache tier as this node reaches it, without a credential: each "
                         "mount reads as its pod's namespace's read-only tier user")
@@ -27,8 +23,6 @@ class DatasetCsiSettings(BaseSettings):
     state_dir: Path = Field(Path("/var/lib/alnair/dataset-csi"),
                             description="The mounts' logs, one per volume")
     mount_timeout_seconds: float = Field(60.0, gt=0, le=600)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["auto", "json", "console"] = "auto"
 
     @field_validator("cache_reader_key")
     @classmethod
