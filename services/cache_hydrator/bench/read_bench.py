@@ -2,16 +2,22 @@
 
 Starts its own versitygw (S3) and redis-server from the test-binary cache
 (``scripts/testbin``), uploads two data sets — many small files and a few large shards —
-and reads each, with the same number of threads, four ways, in one run:
+and reads each, with the same number of threads, these ways, interleaved over the rounds:
 
 * ``S3 direct``: boto3 ``get_object`` per file (what training code does without a cache);
-* ``alnair cold``: DatasetReader on an empty tier (misses read S3 and are written back);
+* ``alnair cold``: DatasetReader on an empty tier, Redis or a directory (misses read S3 and
+  are written back): the time until every file was read (what the training loop waits for),
+  and until the write-backs were done too; "next epoch hits" is the share of files a new
+  reader then finds in the tier (lowest of the rounds);
 * ``alnair warm``: DatasetReader once the data set is in the tier (every read a hit);
 * ``raw Redis``: the tier's own client GETting the file's chunks, with no Alnair code
   in between (the ceiling for the warm case).
 
     export ALNAIR_TESTBIN=$(scripts/testbin | tail -1)
-    .venv/bin/python services/cache_hydrator/bench/read_bench.py --threads 8
+    .venv/bin/python services/cache_hydrator/bench/read_bench.py --threads 8 --rounds 3
+
+"CPU" is this process's CPU time per file (every thread: boto3, the tier's client, hashing),
+which moves less than wall time when other work shares the machine; the servers' is not in it.
 
 Both servers run on this machine's loopback and the S3 server's files sit in the page
 cache, so "S3 direct" here is far faster than a real object store over a network: the
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,13 +38,22 @@ from pathlib import Path
 from alnair_common.testing.redis_cluster import start_redis_node
 from alnair_common.testing.s3 import start_s3
 from alnair_common.testing.testbin import locate
-from alnair_dataset import DatasetReader, RedisTier, connect
+from alnair_dataset import Budget, DatasetReader, RedisTier, connect, open_source, open_tier, store_file
 
 MIB = 1 << 20
+Row = tuple[str, float, float]
+Measured = tuple[str, float, float, float]  # a row and this process's CPU seconds per file
+
+
+def measured(label: str, paths: list[str], read: Callable[[str], bytes], threads: int,
+             expected: dict[str, bytes]) -> Measured:
+    started = time.process_time()
+    row = timed(label, paths, read, threads, expected)
+    return *row, (time.process_time() - started) / len(paths)
 
 
 def timed(label: str, paths: list[str], read: Callable[[str], bytes], threads: int,
-          expected: dict[str, bytes] | None = None) -> tuple[str, float, float]:
+          expected: dict[str, bytes] | None = None) -> Row:
     started = time.perf_counter()
     total = 0
     with ThreadPoolExecutor(threads) as pool:
@@ -47,6 +63,42 @@ def timed(label: str, paths: list[str], read: Callable[[str], bytes], threads: i
                 raise AssertionError(f"{label}: {path} differs from the source")
     elapsed = time.perf_counter() - started
     return label, total / elapsed / 1e6, len(paths) / elapsed
+
+
+def cold_epoch(tier_name: str, url: str, uri: str, files: dict[str, bytes], threads: int,
+               s3_options: dict) -> tuple[Measured, Measured, float]:
+    """One epoch on an empty tier: rows until read and until written back; next epoch's hits."""
+    tier = open_tier(url, budget_bytes=1 << 40, prefix="c")
+    tier.set_meta("cold", {"source": uri, "include": "[]", "exclude": "[]", "phase": "hydrating",
+                           "budget_bytes": str(1 << 40)})
+    paths = sorted(files)
+    label = f"alnair cold, {tier_name} (miss + write-back)"
+    with DatasetReader("cold", tier_url=url, prefix="c", threads=threads, s3_options=s3_options) as reader:
+        read_row = measured(label, paths, reader.read, threads, files)
+        started, cpu = time.perf_counter(), time.process_time()
+        reader.flush()
+        waited, cpu = time.perf_counter() - started, time.process_time() - cpu
+    seconds = len(paths) / read_row[2] + waited
+    written_row = (f"{label}, until written back", sum(map(len, files.values())) / seconds / 1e6,
+                   len(paths) / seconds, read_row[3] + cpu / len(paths))
+    with DatasetReader("cold", tier_url=url, prefix="c", write_back=False, s3_options=s3_options) as nxt:
+        timed("next epoch", paths, nxt.read, threads, files)
+        hits = nxt.stats.hits / len(paths)
+    tier.close()
+    return read_row, written_row, hits
+
+
+def hydrate(url: str, name: str, uri: str, s3_options: dict) -> None:
+    """Put the data set ``uri`` into the tier ``url`` as the hydrator would."""
+    tier = open_tier(url, budget_bytes=1 << 40, prefix="b")
+    source = open_source(uri, s3_options=s3_options)
+    tier.set_meta(name, {"source": uri, "include": "[]", "exclude": "[]", "phase": "hydrating",
+                         "budget_bytes": str(1 << 40)})
+    budget = Budget(tier)
+    for file in source.list():
+        store_file(tier, name, source, file, budget)
+    tier.set_meta(name, {"phase": "ready"})
+    tier.close()
 
 
 def arguments(doc: str, *, small: int) -> argparse.Namespace:
@@ -81,22 +133,16 @@ def main() -> None:
             for files in sets.values():
                 for key, data in files.items():
                     client.put_object(Bucket=bucket, Key=f"bench/{key}", Body=data)
-            print("| data set | way | MB/s | files/s |\n|---|---|---|---|")
+            print("| data set | way | MB/s | files/s | CPU ms/file | next epoch hits |\n"
+                  "|---|---|---|---|---|---|")
+            options = s3.client_options()
             for title, files in sets.items():
                 name = "ds" + str(len(files))
                 prefix = next(iter(files)).split("/")[0]
                 uri = f"s3://{bucket}/bench/{prefix}"
                 rel = {p.split("/", 1)[1]: d for p, d in files.items()}
-                tier = RedisTier(connect(redis.url), budget_bytes=1 << 40, prefix="b")
-                tier.set_meta(name, {"source": uri, "include": "[]", "exclude": "[]",
-                                     "phase": "hydrating", "budget_bytes": str(1 << 40)})
-                with DatasetReader(name, tier_url=redis.url, prefix="b", threads=args.threads,
-                                   s3_options=s3.client_options()) as cold:
-                    rows = [timed("alnair cold (miss + write-back)", sorted(rel), cold.read,
-                                  args.threads, rel)]
-                    cold.flush()
-                tier.set_meta(name, {"phase": "ready"})
-                manifest = tier.manifest(name)
+                hydrate(redis.url, name, uri, options)
+                manifest = RedisTier(connect(redis.url), budget_bytes=1 << 40, prefix="b").manifest(name)
                 raw = connect(redis.url)
 
                 def raw_read(path: str, manifest=manifest, raw=raw) -> bytes:
@@ -109,6 +155,8 @@ def main() -> None:
                         pipe.get(f"b:chunk:{{{c[:2]}}}:{c}")
                     return b"".join(pipe.execute())
 
+                cold_dbs = connect(f"{redis.url}/1")  # the cold epochs' Redis tier, emptied each round
+                cold_dir = Path(tmp) / "cold-tier"
                 warm = DatasetReader(name, tier_url=redis.url, prefix="b", threads=args.threads,
                                      write_back=False)
                 ways: dict[str, Callable[[str], bytes]] = {
@@ -116,16 +164,25 @@ def main() -> None:
                         Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "alnair warm": warm.read,
                     "raw Redis (tier's client, no Alnair)": raw_read}
-                runs: dict[str, list[tuple[str, float, float]]] = {k: [] for k in ways}
+                runs: dict[str, list[Measured]] = {}
+                hits: dict[str, float] = {}
                 for _ in range(args.rounds):  # interleaved, so drift hits every way alike
                     for label, read in ways.items():
-                        runs[label].append(timed(label, sorted(rel), read, args.threads, rel))
+                        runs.setdefault(label, []).append(measured(label, sorted(rel), read, args.threads, rel))
+                    cold_dbs.flushdb()
+                    shutil.rmtree(cold_dir, ignore_errors=True)
+                    for tier_name, url in (("Redis", f"{redis.url}/1"), ("directory", f"dir://{cold_dir}")):
+                        read_row, written_row, hit = cold_epoch(tier_name, url, uri, rel, args.threads, options)
+                        runs.setdefault(read_row[0], []).append(read_row)
+                        runs.setdefault(written_row[0], []).append(written_row)
+                        hits[read_row[0]] = min(hits.get(read_row[0], 1.0), hit)
                 assert warm.stats.misses == 0
                 warm.close()
-                rows += [sorted(r, key=lambda x: x[1])[len(r) // 2]
-                                    for r in runs.values()]
-                for label, mbs, fps in rows:
-                    print(f"| {title} | {label} | {mbs:,.0f} | {fps:,.0f} |")
+                for label, rows in runs.items():
+                    _, mbs, fps, _ = sorted(rows, key=lambda x: x[1])[len(rows) // 2]
+                    cpu = sorted(r[3] for r in rows)[len(rows) // 2]
+                    hit = f"{hits[label]:.1%}" if label in hits else ""
+                    print(f"| {title} | {label} | {mbs:,.0f} | {fps:,.0f} | {cpu * 1e3:.2f} | {hit} |")
         finally:
             redis.process.stop()
             s3.stop()
