@@ -50,3 +50,17 @@ def test_tiers_without_users_and_short_keys_are_refused():
         reader_url("alluxio://proxy:39999/alnair", KEY, "team-a")
     with pytest.raises(ValueError, match="at least 16"):
         reader_password("short", "team-a")
+
+
+@pytest.mark.parametrize("settings_class", ["cache_hydrator", "admission_webhook", "dataset_csi"])
+def test_every_holder_of_the_key_refuses_a_short_one_at_start(settings_class):
+    import importlib
+
+    from alnair_common import ConfigError, load_settings
+
+    module = importlib.import_module(f"alnair_{settings_class}")
+    cls = next(getattr(module, n) for n in dir(module) if n.endswith("Settings"))
+    with pytest.raises(ConfigError, match=r"ALNAIR_CACHE_READER_KEY=.*at least 16"):
+        load_settings(cls, cache_reader_key="short")
+    assert load_settings(cls, cache_reader_key=KEY).cache_reader_key.get_secret_value() == KEY
+    assert load_settings(cls).cache_reader_key.get_secret_value() == ""

@@ -25,7 +25,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from typing import Annotated
 from urllib.parse import quote, urlparse
+
+from pydantic import AfterValidator, SecretStr
 
 USER_PREFIX = "alnair-reader-"
 SCHEMES = ("redis", "rediss", "redis-cluster")
@@ -46,6 +49,15 @@ def check_key(key: str) -> str:
         raise ValueError("the cache reader key must be at least 16 characters "
                          "(scripts/bus-credentials writes a random one into alnair-credentials)")
     return key
+
+
+def _checked(value: SecretStr) -> SecretStr:
+    check_key(value.get_secret_value())
+    return value
+
+
+ReaderKey = Annotated[SecretStr, AfterValidator(_checked)]
+"""A settings field holding the reader key (ALNAIR_CACHE_READER_KEY), checked on load."""
 
 
 def reader_password(key: str, namespace: str) -> str:

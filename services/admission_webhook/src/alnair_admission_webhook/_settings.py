@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 
 from alnair_common import ServiceSettings
-from alnair_common.tier_readers import check_key
+from alnair_common.tier_readers import ReaderKey
 
 
 class AdmissionWebhookSettings(ServiceSettings):
@@ -38,7 +38,7 @@ class AdmissionWebhookSettings(ServiceSettings):
     pod_tier_url: str = Field(
         "", description="ALNAIR_CACHE_TIER_URL handed to pods (the tier the hydrator writes, "
                         "as pods reach it); empty: pods read from their sources only")
-    cache_reader_key: SecretStr = Field(
+    cache_reader_key: ReaderKey = Field(
         SecretStr(""), description="Key each namespace's read-only tier user is derived from "
                                    "(the cache hydrator's ALNAIR_CACHE_READER_KEY): pods get "
                                    "their namespace's user in the tier URL. Empty: the URL is "
@@ -49,12 +49,6 @@ class AdmissionWebhookSettings(ServiceSettings):
         "", description="a cache-side S3 endpoint serving the data sets' buckets read-through; "
                         "set as AWS_ENDPOINT_URL_S3 in pods with an s3:// data set. Empty: none")
     api_timeout_seconds: float = Field(5.0, gt=0, le=120)
-
-    @field_validator("cache_reader_key")
-    @classmethod
-    def _key_length(cls, value: SecretStr) -> SecretStr:
-        check_key(value.get_secret_value())
-        return value
 
     @property
     def extra_names(self) -> list[str]:

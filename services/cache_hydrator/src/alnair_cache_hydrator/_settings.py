@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
-from alnair_common.tier_readers import check_key
+from alnair_common.tier_readers import ReaderKey
 
 
 class CacheHydratorSettings(ServiceSettings):
@@ -34,7 +34,7 @@ class CacheHydratorSettings(ServiceSettings):
         0, ge=0, description="Read rate limit per hydration, so that hydrating does not starve "
                              "the training jobs sharing the source or network; 0: none")
 
-    cache_reader_key: SecretStr = Field(
+    cache_reader_key: ReaderKey = Field(
         SecretStr(""), description="Key the per-namespace read-only tier users' passwords are "
                                    "derived from (alnair_common.tier_readers; the admission "
                                    "webhook holds the same). Empty: no users are made, pods get "
@@ -58,12 +58,6 @@ class CacheHydratorSettings(ServiceSettings):
                                            "alluxio://", "dir:///")):
             raise ValueError(f"{value!r} must start with redis://, rediss://, redis-cluster://, "
                              "alluxio:// or dir:///")
-        return value
-
-    @field_validator("cache_reader_key")
-    @classmethod
-    def _key_length(cls, value: SecretStr) -> SecretStr:
-        check_key(value.get_secret_value())
         return value
 
     @property

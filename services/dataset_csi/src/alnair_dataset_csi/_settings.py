@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
-from alnair_common.tier_readers import check_key
+from alnair_common.tier_readers import ReaderKey
 
 
 class DatasetCsiSettings(ServiceSettings):
@@ -17,18 +17,12 @@ class DatasetCsiSettings(ServiceSettings):
     pod_tier_url: str = Field(
         "", description="The cache tier as this node reaches it, without a credential: each "
                         "mount reads as its pod's namespace's read-only tier user")
-    cache_reader_key: SecretStr = Field(SecretStr(""), description="The hydrator's and the "
+    cache_reader_key: ReaderKey = Field(SecretStr(""), description="The hydrator's and the "
                                         "webhook's ALNAIR_CACHE_READER_KEY")
     pod_cache_prefix: str = Field("alnair", min_length=1)
     state_dir: Path = Field(Path("/var/lib/alnair/dataset-csi"),
                             description="The mounts' logs, one per volume")
     mount_timeout_seconds: float = Field(60.0, gt=0, le=600)
-
-    @field_validator("cache_reader_key")
-    @classmethod
-    def _key_length(cls, value: SecretStr) -> SecretStr:
-        check_key(value.get_secret_value())
-        return value
 
     @field_validator("csi_endpoint")
     @classmethod
