@@ -144,6 +144,7 @@ def test_s3_misses_are_read_from_the_bucket(server_url, s3_server, tmp_path):
                        s3_options=s3_server.client_options()) as reader:
         assert {p: reader.read(p) for p in reader.files()} == files
         assert reader.stats.source_bytes == sum(map(len, files.values()))
+    assert reader.source._client is None  # its sockets closed with the reader, not by the GC
 
 
 def test_fsspec_and_map_style_samples_read_the_same_bytes(server_url, data):

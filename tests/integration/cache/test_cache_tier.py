@@ -224,3 +224,18 @@ def test_an_entry_read_while_two_writers_rewrite_it_is_whole_or_absent(tier):
     assert seen and all(e is None or e in versions for e in seen)
     assert tier.file_entry("ds", "a/b.bin") in versions
     assert list(tier.manifest("ds")) == ["a/b.bin"]
+
+
+def test_a_write_is_renamed_only_once_the_master_completed_it(alluxio, monkeypatch):
+    """The 2.9 proxy may close a stream after its close call answered: the tier waits for the
+    master's completion (and says so when it never comes) instead of renaming an open file."""
+    from alnair_dataset import _alluxio_rest
+
+    tier = open_tier(alluxio, budget_bytes=MIB, prefix="t")
+    tier.rest.write_new(f"{tier.root}/done", b"abc")
+    assert tier.rest.status(f"{tier.root}/done")["completed"] is True
+    tier.rest.call(f"{tier.root}/open", "create-file", {"recursive": True})  # never closed
+    monkeypatch.setattr(_alluxio_rest, "COMPLETE_SECONDS", 0.5)
+    with pytest.raises(TierUnavailableError, match="not completed within"):
+        tier.rest._until_complete(f"{tier.root}/open")
+    tier.close()

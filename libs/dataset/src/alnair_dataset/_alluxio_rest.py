@@ -27,6 +27,7 @@ failure, :class:`~alnair_dataset.TierUnavailableError`.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +39,8 @@ _NO_UFS = {"loadMetadataType": "NEVER"}
 # Calls whose success always has a body (a stream id, JSON); an empty 200 is 2.9's S3 v2
 # servlet answering in the REST API's place.
 _ANSWERING = ("create-file", "open-file", "get-status", "exists", "list-status")
+# How long a written file may take to be completed after its stream was closed (see write_new).
+COMPLETE_SECONDS = 10.0
 
 
 class NotFound(Exception):
@@ -104,7 +107,8 @@ class AlluxioRest:
             status, message = body.get("statusCode", ""), body.get("message", "")
         except ValueError:
             status, message = "", r.text[:300]
-        if status == "NOT_FOUND":
+        if status == "NOT_FOUND" or "no ufs status is present" in message:
+            # the latter: a file opened while another writer deleted it to put its own in place
             raise NotFound(message)
         if status == "ALREADY_EXISTS":
             raise Exists(message)
@@ -138,6 +142,27 @@ class AlluxioRest:
                 self._post(f"{streams}/write", f"writing {path}", data=data)
         finally:
             self._post(f"{streams}/close", f"closing {path}")
+        self._until_complete(path)
+
+    def _until_complete(self, path: str) -> None:
+        """Return once the master has completed ``path``.
+
+        The 2.9 proxy answers a stream's close at once but closes the stream in a removal
+        listener of its stream cache, which may run only at a later cache operation (seen in
+        CI: the completion ran after the tier had renamed the file, failed on the old name,
+        and left the renamed file incomplete for good). So the tier waits for completion
+        before it renames, and nudges the cache meanwhile with a stream of its own (opening
+        one runs the pending closes)."""
+        deadline = time.monotonic() + COMPLETE_SECONDS
+        while not self.status(path).get("completed", True):
+            if time.monotonic() > deadline:
+                raise TierUnavailableError(f"Alluxio proxy at {self.where}: {path} was not "
+                                           f"completed within {COMPLETE_SECONDS:.0f} s of its close")
+            nudge = f"{path.rsplit('/', 1)[0]}/+nudge+{threading.get_ident()}"
+            stream = int(self.call(nudge, "create-file", {"recursive": True, "overwrite": True,
+                                                          "writeType": self.write_type}).text)
+            self._post(f"{self.base}/streams/{stream}/close", f"closing {nudge}")
+            time.sleep(0.01)
 
     def mkdirs(self, path: str) -> None:
         """Make directory ``path`` and its parents; nothing if it exists (one call)."""

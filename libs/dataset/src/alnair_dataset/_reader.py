@@ -365,6 +365,7 @@ class DatasetReader:
                 except TierUnavailableError:
                     pass  # the lease runs out by itself
             self.tier.close()
+        self.source.close()
 
     def __enter__(self) -> DatasetReader:
         return self

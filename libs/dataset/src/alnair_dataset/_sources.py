@@ -42,6 +42,9 @@ class Source(Protocol):
     def read(self, file: SourceFile, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``start``..``end`` of ``file`` as listed; SourceChangedError if it changed."""
 
+    def close(self) -> None:
+        """Release connections (an S3 client's sockets); the source is not used after."""
+
 
 def selected(path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     """Whether a relative path is in the data set (fnmatch; ``*`` also matches ``/``)."""
@@ -123,6 +126,9 @@ class LocalSource:
         return data
 
 
+    def close(self) -> None:
+        return None  # files are opened per read
+
 def _version(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns}-{st.st_size}"
 
@@ -157,6 +163,11 @@ class S3Source:
             # saw for the life of the process.
             self._client = boto3.session.Session().client("s3", config=config, **self._options)
         return self._client
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def list(self) -> list[SourceFile]:
         files = []

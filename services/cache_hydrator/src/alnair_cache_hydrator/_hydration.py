@@ -79,8 +79,14 @@ class Hydration:
             return await self._fail(e.reason, str(e))
 
     async def _run(self) -> DatasetStatus:
-        key = self.status.spec.key
         source = self._source()
+        try:
+            return await self._hydrate(source)
+        finally:
+            source.close()
+
+    async def _hydrate(self, source: Source) -> DatasetStatus:
+        key = self.status.spec.key
         listing: list[SourceFile] = await self._retrying(source.list, "listing the source")
         total = sum(f.size for f in listing)
         tier = await self._retrying(self._tier, "connecting to the tier")
