@@ -118,10 +118,13 @@ def test_the_health_endpoint_follows_the_kubelets_socket(plane):
     probes = health(settings)
     url = f"http://127.0.0.1:{probes.server_address[1]}"
     try:
-        assert urllib.request.urlopen(f"{url}/healthz", timeout=5).status == 200
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5) as up:
+            assert up.status == 200
         Path(settings.socket_path).unlink()  # the kubelet can no longer reach the plugin
         with pytest.raises(urllib.error.HTTPError) as down:
             urllib.request.urlopen(f"{url}/healthz", timeout=5)
         assert down.value.code == 503
+        down.value.close()
     finally:
         probes.shutdown()
+        probes.server_close()

@@ -22,8 +22,10 @@ def test_s3_server_refuses_wrong_keys(s3_server):
     import boto3
 
     options = {**s3_server.client_options(), "aws_secret_access_key": "wrong"}
+    wrong = boto3.client("s3", **options)
     with pytest.raises(ClientError, match="SignatureDoesNotMatch|AccessDenied|InvalidAccessKey"):
-        boto3.client("s3", **options).list_buckets()
+        wrong.list_buckets()
+    wrong.close()
 
 
 def test_redis_cluster_spreads_keys_over_every_server(redis_cluster):

@@ -20,15 +20,22 @@ def test_wrong_keys_missing_buckets_and_dead_endpoints_are_named(s3_server):
     bucket = s3_server.make_bucket()
     upload(s3_server.client(), bucket, "p", {"a.bin": b"x" * 10})
     wrong = {**s3_server.client_options(), "aws_secret_access_key": "not-the-secret"}
-    with pytest.raises(AccessDeniedError, match="access denied") as denied:
-        open_source(f"s3://{bucket}/p", s3_options=wrong).list()
-    assert denied.value.reason == "access-denied" and not denied.value.temporary
-    with pytest.raises(NoSuchBucketError, match="'nope' does not exist"):
-        open_source("s3://nope/p", s3_options=s3_server.client_options()).list()
     dead = {**s3_server.client_options(), "endpoint_url": f"http://127.0.0.1:{free_port()}"}
-    with pytest.raises(SourceUnreachableError) as unreachable:
-        open_source(f"s3://{bucket}/p", s3_options=dead).list()
-    assert unreachable.value.temporary
+    sources = [open_source(f"s3://{bucket}/p", s3_options=wrong),
+               open_source("s3://nope/p", s3_options=s3_server.client_options()),
+               open_source(f"s3://{bucket}/p", s3_options=dead)]
+    try:
+        with pytest.raises(AccessDeniedError, match="access denied") as denied:
+            sources[0].list()
+        assert denied.value.reason == "access-denied" and not denied.value.temporary
+        with pytest.raises(NoSuchBucketError, match="'nope' does not exist"):
+            sources[1].list()
+        with pytest.raises(SourceUnreachableError) as unreachable:
+            sources[2].list()
+        assert unreachable.value.temporary
+    finally:
+        for source in sources:
+            source.close()
 
 
 def test_an_object_replaced_after_listing_is_not_read_as_the_listed_version(s3_server):
@@ -44,3 +51,4 @@ def test_an_object_replaced_after_listing_is_not_read_as_the_listed_version(s3_s
     s3.delete_object(Bucket=bucket, Key="p/a.bin")
     with pytest.raises(SourceChangedError):
         source.read(listed)
+    source.close()

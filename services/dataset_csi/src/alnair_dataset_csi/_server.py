@@ -64,5 +64,6 @@ def serve(settings: DatasetCsiSettings) -> None:
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     probes.shutdown()
+    probes.server_close()
     server.stop(grace=5).wait()
     log.info("stopped")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ class S3Server:
     access_key: str
     secret_key: str
     process: ServerProcess
+    _client: Any = field(default=None, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -57,12 +58,19 @@ class S3Server:
                 "aws_secret_access_key": self.secret_key, "region_name": REGION}
 
     def client(self) -> Any:
-        """A boto3 S3 client on this server (boto3 is imported here: only tests need it)."""
-        import boto3  # here, not at the top: users of the harness that need no S3 lack it
+        """The boto3 S3 client on this server, one per server, closed with it (a client left
+        to the garbage collector fails whatever later test it is collected in, with a
+        ResourceWarning for its socket). boto3 is imported here: only tests need it."""
+        if self._client is None:
+            import boto3  # here, not at the top: users of the harness that need no S3 lack it
 
-        return boto3.client("s3", **self.client_options())
+            self._client = boto3.client("s3", **self.client_options())
+        return self._client
 
     def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         self.process.stop()
 
 
