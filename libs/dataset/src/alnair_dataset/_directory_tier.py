@@ -12,8 +12,9 @@ layout mirrors the Redis tier's, with the same guarantees:
   (``flock``) makes storing, referencing and freeing a chunk atomic against other processes
   (the hydrator and readers writing back misses).
 * ``datasets/<dataset>/journal`` every chunk id the data set referenced (appended before the
-  reference is taken), ``files/`` one JSON entry per file, ``meta.json``, ``readers/``
-  (lease files whose mtime is their expiry).
+  reference is taken), ``files/`` one JSON entry per file, ``meta.json``, ``last_read`` (the
+  one file readers write besides their leases), ``readers/`` (lease files whose mtime is
+  their expiry).
 """
 
 from __future__ import annotations
@@ -204,9 +205,12 @@ class DirectoryTier:
 
     def meta(self, dataset: str) -> dict[str, str]:
         try:
-            return json.loads((self._ds(dataset) / "meta.json").read_text())
+            meta = json.loads((self._ds(dataset) / "meta.json").read_text())
         except FileNotFoundError:
             return {}
+        with contextlib.suppress(FileNotFoundError):
+            meta["last_read"] = (self._ds(dataset) / "last_read").read_text()
+        return meta
 
     def lease(self, dataset: str, reader: str, ttl: float) -> None:
         readers = self._ds(dataset) / "readers"
@@ -215,7 +219,9 @@ class DirectoryTier:
         path.touch()
         expires = time.time() + ttl
         os.utime(path, (expires, expires))
-        self.set_meta(dataset, {"last_read": f"{time.time():.3f}"})
+        # A file of its own, as on the other tiers: a reader rewriting meta.json would race the
+        # hydrator's writes of it, and would make a removed data set's description again.
+        _atomic_write(self.root, self._ds(dataset) / "last_read", f"{time.time():.3f}".encode())
 
     def unlease(self, dataset: str, reader: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -243,7 +249,7 @@ class DirectoryTier:
                         item.unlink()
                 with contextlib.suppress(OSError):
                     (root / sub).rmdir()
-        for name in ("meta.json", "journal"):
+        for name in ("meta.json", "last_read", "journal"):
             with contextlib.suppress(FileNotFoundError):
                 (root / name).unlink()
         with contextlib.suppress(OSError):

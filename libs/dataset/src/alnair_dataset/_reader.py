@@ -301,16 +301,14 @@ class DatasetReader:
                 self._queued_bytes -= file.size
 
     def _still_listed(self) -> bool:
-        """Whether the data set is still in the tier (its description, which names its source,
-        is), asked at most once per :data:`RECHECK_SECONDS` rather than once per write-back,
-        which was one more round trip per file. A data set removed meanwhile gets no entry
-        written after this notices; those written before are the same race a per-file check
-        had, only longer. A description without a source is what a directory tier's lease
-        renewal leaves of a removed data set: not listed."""
+        """Whether the data set is still in the tier (its description is), asked at most once
+        per :data:`RECHECK_SECONDS` rather than once per write-back, which was one more round
+        trip per file. A data set removed meanwhile gets no entry written after this notices;
+        those written before are the same race a per-file check had, only longer."""
         assert self.tier is not None
         now = time.monotonic()
         if now - self._listed_checked >= RECHECK_SECONDS:
-            self._listed = "source" in self.tier.meta(self.key)
+            self._listed = bool(self.tier.meta(self.key))
             self._listed_checked = now
         return self._listed
 
