@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pynvml as nv
@@ -109,46 +110,92 @@ def process_samples(h, uuid: str, since_us: int) -> tuple[list[dict], int]:  # t
     return list(rows.values()), latest
 
 
+@dataclass
+class Started:
+    """A workload process being recorded, with its label and where its truth and region are."""
+
+    proc: subprocess.Popen
+    argv: list[str]
+    truth: Path
+    family: str
+    is_training: bool
+    region: Path | None = None  # the interceptor's region (its workspace), when hooked
+
+
 def run(name: str, seconds: float, interval: float, out_dir: Path, specs: list[str]) -> Path:
-    nv.nvmlInit()
-    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    uuids = [nv.nvmlDeviceGetUUID(h) for h in handles]
     tmp = Path(tempfile.mkdtemp())
-    procs = []
+    started = []
     for n, spec in enumerate(specs):
         argv = shlex.split(spec)
         truth = tmp / f"truth{n}.txt"
         env = {**os.environ, "ALNAIR_TRUTH_FILE": str(truth)}
         proc = subprocess.Popen([sys.executable, str(HERE / "workloads.py"), *argv,
                                  "--seconds", str(seconds)], env=env)
-        procs.append((proc, argv, truth))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.jsonl"
+        started.append(Started(proc, argv, truth, argv[0], argv[0] in TRAINING))
+    return record(name, interval, out_dir / f"{name}.jsonl", started)
+
+
+def record(name: str, interval: float, path: Path, started: list[Started], region_every: int = 5) -> Path:
+    """Samples NVML every ``interval`` s (and hooked workloads' launch signatures every
+    ``region_every`` samples, as the exporter reads regions) until every workload has ended."""
+    nv.nvmlInit()
+    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+    uuids = [nv.nvmlDeviceGetUUID(h) for h in handles]
+    regions = _region_module() if any(w.region for w in started) else None
+    path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     since = [int(t0 * 1e6)] * len(handles)
     with open(path, "w") as f:
         header = {"kind": "header", "scenario": name, "started_at": t0, "interval_s": interval,
                   "inventory": inventory(),
-                  "workloads": [{"pid": p.pid, "spec": " ".join(a), "workload": a[0],
-                                 "is_training": a[0] in TRAINING} for p, a, _ in procs]}
+                  "workloads": [{"pid": w.proc.pid, "spec": " ".join(w.argv), "workload": w.argv[0],
+                                 "family": w.family, "is_training": w.is_training,
+                                 "interceptor": w.region is not None} for w in started]}
         f.write(json.dumps(header) + "\n")
-        while any(p.poll() is None for p, _, _ in procs):
+        tick_n = 0
+        while any(w.proc.poll() is None for w in started):
             tick = time.time()
             gpus, processes = [], []
             for i, h in enumerate(handles):
                 gpus.append({"index": i, "uuid": uuids[i], **device_sample(h)})
                 rows, since[i] = process_samples(h, uuids[i], since[i])
                 processes += rows
-            f.write(json.dumps({"kind": "sample", "t": round(tick - t0, 4), "gpus": gpus,
-                                "processes": processes}) + "\n")
+            row = {"kind": "sample", "t": round(tick - t0, 4), "gpus": gpus, "processes": processes}
+            if regions is not None and tick_n % region_every == 0:
+                row["launches"] = _launches(regions, started)
+            f.write(json.dumps(row) + "\n")
+            tick_n += 1
             time.sleep(max(0.0, interval - (time.time() - tick)))
         truth = {"kind": "truth", "workloads": []}
-        for p, a, tfile in procs:
-            times = [float(x) - t0 for x in tfile.read_text().split()] if tfile.exists() else []
-            truth["workloads"].append({"pid": p.pid, "workload": a[0], "exit_code": p.returncode,
+        for w in started:
+            times = [float(x) - t0 for x in w.truth.read_text().split()] if w.truth.exists() else []
+            truth["workloads"].append({"pid": w.proc.pid, "workload": w.argv[0], "exit_code": w.proc.returncode,
                                        "iteration_end_s": [round(t, 6) for t in times]})
         f.write(json.dumps(truth) + "\n")
     return path
+
+
+def _region_module():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(HERE.parents[1] / "native" / "cuda_intercept" / "bench"))
+    from bench_common import region_module  # noqa: PLC0415
+
+    return region_module()
+
+
+def _launches(regions, started: list[Started]) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Each hooked workload's launch signature now, as a CudaSample would carry it."""
+    out = []
+    for w in started:
+        if w.region is None or not w.region.exists():
+            continue
+        try:
+            region = regions.read_region(w.region)
+        except Exception:  # noqa: BLE001 - a region being written is read at the next tick
+            continue
+        for slot in region.active():
+            out.append({"pid": w.proc.pid, "slot_pid": slot.pid, "period_ns": slot.iteration_period_ns,
+                        "repeats": slot.iterations})
+    return out
 
 
 def main() -> None:
