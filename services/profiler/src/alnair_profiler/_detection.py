@@ -35,6 +35,7 @@ BUSY_RATIO = 0.03            # utilisation below this counts as idle
 MIN_PLATEAU_SECONDS = 3.0    # a training plateau lasts at least this long
 MAX_PLATEAU_CV = 0.3         # median step / median level within the plateau
 MIN_PLATEAU_SHARE = 0.6      # of the busy span the plateau must cover
+MIN_PLATEAU_LEVEL = 0.055    # median utilisation of the plateau: fitted on the H200 corpus (see UtilisationRule)
 MIN_LAUNCH_REPEATS = 8       # repeats of the launch sequence before it counts as a loop
 MAX_GAP_FACTOR = 4.0         # a gap this many times the sampling step ends a plateau
 MAX_LAUNCH_SPREAD = 0.25     # relative spread of reported periods still read as one loop
@@ -72,12 +73,12 @@ class LaunchReport:
 
 
 def detect(launches: Sequence[LaunchReport], times: Sequence[float],
-           utilisation: Sequence[float]) -> TrainingDetection:
+           utilisation: Sequence[float], rule: UtilisationRule | None = None) -> TrainingDetection:
     """Decide from the launch signature where there is one, else from the NVML series."""
     by_launch = detect_from_launches(launches)
     if by_launch is not None:
         return by_launch
-    return detect_from_utilisation(times, utilisation)
+    return detect_from_utilisation(times, utilisation, rule or DEFAULT_RULE)
 
 
 def detect_from_launches(launches: Sequence[LaunchReport]) -> TrainingDetection | None:
@@ -106,37 +107,86 @@ def detect_from_launches(launches: Sequence[LaunchReport]) -> TrainingDetection 
         f"over {len(good)} reports (relative spread {spread:.2f})")
 
 
-def detect_from_utilisation(times: Sequence[float], values: Sequence[float]) -> TrainingDetection:
-    """Training iff a long, steady plateau of utilisation dominates the busy part of the run."""
-    if len(values) < 5:
-        return TrainingDetection(False, 0.0, 0.3, EVIDENCE_NVML,
-                                 f"only {len(values)} NVML samples; too few to judge")
+@dataclass(frozen=True)
+class PlateauShape:
+    """What the NVML rule looks at: the longest busy plateau of a utilisation series."""
+
+    samples: int
+    busy: bool                # any sample at or above BUSY_RATIO
+    duration_seconds: float = 0.0
+    level: float = 0.0        # median of the plateau's core (its first and last tenth trimmed)
+    mean: float = 0.0
+    roughness: float = math.inf  # median step / level within the core
+    share: float = 0.0        # of the busy span the plateau covers
+
+
+@dataclass(frozen=True)
+class UtilisationRule:
+    """The NVML rule: training iff the longest busy plateau is long, steady, dominant and
+    high enough. ``min_level`` was chosen by leave-one-family-out on the H200 corpus
+    (``alnair_profiler.evaluation --by-family``): a plateau at a few per cent is a GPU idle
+    most of the time whatever drives it, and on those recordings light inference (a request
+    stream, inference paced by host pre-processing) sat there as often as training did."""
+
+    min_plateau_seconds: float = MIN_PLATEAU_SECONDS
+    max_roughness: float = MAX_PLATEAU_CV
+    min_share: float = MIN_PLATEAU_SHARE
+    min_level: float = MIN_PLATEAU_LEVEL
+
+    def is_training(self, shape: PlateauShape) -> bool:
+        return (shape.busy and shape.duration_seconds >= self.min_plateau_seconds
+                and shape.roughness <= self.max_roughness and shape.share >= self.min_share
+                and shape.level >= self.min_level)
+
+    def score(self, shape: PlateauShape) -> float:
+        """0..1, how clearly the shape passes (used as the confidence either way)."""
+        return (min(1.0, shape.duration_seconds / (2 * self.min_plateau_seconds))
+                * max(0.0, 1.0 - shape.roughness / (2 * self.max_roughness))
+                * min(1.0, shape.share / self.min_share)
+                * min(1.0, shape.level / (2 * self.min_level)))
+
+
+DEFAULT_RULE = UtilisationRule()
+
+
+def plateau_shape(times: Sequence[float], values: Sequence[float]) -> PlateauShape:
     busy = [i for i, v in enumerate(values) if v >= BUSY_RATIO]
-    if not busy:
-        return TrainingDetection(False, 0.0, 0.95, EVIDENCE_NVML,
-                                 f"never above {BUSY_RATIO:.0%} utilisation over {len(values)} samples")
+    if len(values) < 5 or not busy:
+        return PlateauShape(len(values), bool(busy))
     step = statistics.median(b - a for a, b in zip(times, times[1:], strict=False)) if len(times) > 1 else 0.2
     start, end = _longest_plateau(times, values, step)
     span = times[busy[-1]] - times[busy[0]] + step
     plateau = list(values[start:end + 1])
-    duration = times[end] - times[start] + step
     trim = len(plateau) // 10
     core = plateau[trim:len(plateau) - trim] if len(plateau) > 4 else plateau
-    mean = statistics.fmean(core)
     level = statistics.median(core)
     # Roughness, not the coefficient of variation: a neighbour on a shared GPU finishing
     # shifts the plateau's level once, which must not read as irregular compute.
     steps = [abs(b - a) for a, b in zip(core, core[1:], strict=False)] or [0.0]
-    cv = statistics.median(steps) / level if level > 0 else math.inf
-    share = duration / span if span > 0 else 0.0
-    score = (min(1.0, duration / (2 * MIN_PLATEAU_SECONDS))
-             * max(0.0, 1.0 - cv / (2 * MAX_PLATEAU_CV)) * min(1.0, share / MIN_PLATEAU_SHARE))
-    training = duration >= MIN_PLATEAU_SECONDS and cv <= MAX_PLATEAU_CV and share >= MIN_PLATEAU_SHARE
-    facts = (f"longest busy plateau {duration:.1f} s at {mean:.0%} mean utilisation, "
-             f"roughness {cv:.2f}, {share:.0%} of the busy span")
-    if not training:
+    duration = times[end] - times[start] + step
+    return PlateauShape(len(values), True, duration, level, statistics.fmean(core),
+                        statistics.median(steps) / level if level > 0 else math.inf,
+                        duration / span if span > 0 else 0.0)
+
+
+def detect_from_utilisation(times: Sequence[float], values: Sequence[float],
+                            rule: UtilisationRule = DEFAULT_RULE) -> TrainingDetection:
+    """Training iff a long, steady plateau of utilisation dominates the busy part of the run."""
+    shape = plateau_shape(times, values)
+    if shape.samples < 5:
+        return TrainingDetection(False, 0.0, 0.3, EVIDENCE_NVML,
+                                 f"only {shape.samples} NVML samples; too few to judge")
+    if not shape.busy:
+        return TrainingDetection(False, 0.0, 0.95, EVIDENCE_NVML,
+                                 f"never above {BUSY_RATIO:.0%} utilisation over {shape.samples} samples")
+    score = rule.score(shape)
+    facts = (f"longest busy plateau {shape.duration_seconds:.1f} s at {shape.level:.0%} median utilisation, "
+             f"roughness {shape.roughness:.2f}, {shape.share:.0%} of the busy span")
+    if not rule.is_training(shape):
         return TrainingDetection(False, 0.0, round(max(0.5, 1.0 - score), 3), EVIDENCE_NVML, facts)
-    period, note = _period_from_autocorrelation(plateau, step)
+    step = statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
+    start, end = _longest_plateau(times, values, step)
+    period, note = _period_from_autocorrelation(values[start:end + 1], step)
     return TrainingDetection(True, period, round(max(0.5, score), 3), EVIDENCE_NVML, f"{facts}; {note}")
 
 
