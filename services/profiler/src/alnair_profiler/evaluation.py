@@ -218,7 +218,8 @@ def load_recordings(directories: Sequence[Path]) -> list[RecordedWorkload]:
 def fit_rule(shapes: Sequence[tuple[PlateauShape, bool, str]]) -> UtilisationRule:
     """The plateau-level floor that makes the fewest errors on these runs, each family weighing
     the same (a family recorded three times must not outvote one recorded once); ties go to
-    the lowest floor, the rule as it was before the floor existed. Candidates lie halfway
+    the fewest runs wrong, then to the lowest floor, the rule as it was before the floor
+    existed. Candidates lie halfway
     (geometrically) between neighbouring plateau levels, so the floor keeps the largest
     margin the runs allow on both sides."""
     levels = sorted({round(s.level, 4) for s, _, _ in shapes if s.busy and s.level > 0})
