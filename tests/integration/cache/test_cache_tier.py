@@ -3,11 +3,13 @@ directory, and Alluxio 2.9 (master + worker + proxy); the same tests for each.""
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
 from cache_support import MIB, assert_consistent, reopened, stored_chunks, write_dataset
 
+from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
 from alnair_dataset import (
     Budget,
@@ -16,6 +18,7 @@ from alnair_dataset import (
     InvalidSpecError,
     SourceChangedError,
     TierUnavailableError,
+    chunk_id,
     open_source,
     open_tier,
     store_file,
@@ -109,6 +112,45 @@ def test_a_file_repeated_after_a_crash_counts_each_reference_once(tier, tmp_path
     assert_consistent(again)
     assert again.release("ds") == sum(f.size for f in listing)
     assert again.usage().chunks == 0
+
+
+def test_small_files_stored_whole_are_deduplicated_journaled_and_within_the_budget(tier, tmp_path):
+    """A small file goes to the tier in one call (one script on one Redis server, the steps one
+    by one on a cluster and the other tiers): the same accounting as chunk by chunk."""
+    rng = random.Random(5)
+    same, half = rng.randbytes(4096), rng.randbytes(1024)
+    files = {"a.bin": same, "b.bin": same,  # the same bytes twice: stored once
+             "c.bin": half * 2,  # two identical chunks of one file (chunk_bytes 1 KiB below)
+             "d.bin": rng.randbytes(3000), "e.bin": b""}
+    for name, blob in files.items():
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(blob)
+    source = open_source(f"file://{tmp_path}/src")
+    distinct = len(same) + len(half) + 3000
+    tier.budget_bytes = distinct  # exactly: a duplicate not given back would refuse the last file
+    budget = Budget(tier)
+    listing = source.list()
+    first = [store_file(tier, "one", source, f, budget, chunk_bytes=1024 if f.path == "c.bin" else 4096)
+             for f in listing]
+    assert sum(r.new_bytes for r in first) == tier.usage().stored_bytes == distinct
+    assert not budget.try_reserve(1)  # nothing left, as the tier says
+    again = [store_file(tier, "two", source, f, Budget(tier), chunk_bytes=r.entry.chunk_bytes)
+             for f, r in zip(listing, first, strict=True)]  # no room, all stored already
+    assert [r.new_bytes for r in again] == [0] * len(files)
+    manifest = tier.manifest("two")
+    assert manifest == tier.manifest("one") == {r.entry.path: r.entry for r in first}
+    assert manifest["c.bin"].chunks == (chunk_id(half),) * 2 and manifest["e.bin"].chunks == ()
+    for path, entry in manifest.items():
+        assert b"".join(tier.get_chunks(list(entry.chunks))) == files[path]
+    assert all(refs == {"one", "two"} for refs in stored_chunks(tier).values())
+    assert_consistent(tier)
+    (tmp_path / "src" / "d.bin").write_bytes(b"changed")
+    with pytest.raises(SourceChangedError):
+        store_file(tier, "three", source, listing[3], Budget(tier))  # d.bin, as listed before
+    assert tier.manifest("three") == {}
+    assert tier.release("one") == 0  # the journal found every reference "one" took
+    assert tier.release("two") == distinct and stored_chunks(tier) == {}
+    assert tier.usage().stored_bytes == 0
 
 
 def test_a_lease_counts_its_reader_until_it_ends_or_expires(tier):
@@ -224,6 +266,40 @@ def test_an_entry_read_while_two_writers_rewrite_it_is_whole_or_absent(tier):
     assert seen and all(e is None or e in versions for e in seen)
     assert tier.file_entry("ds", "a/b.bin") in versions
     assert list(tier.manifest("ds")) == ["a/b.bin"]
+
+
+def test_a_failed_alluxio_read_is_made_once_more_and_a_file_gone_by_then_is_absent(alluxio, monkeypatch):
+    """A stream read that fails (CI saw one stall past the timeout while writers replaced the
+    file) is made again; if the file is gone by then the read says absent; a dead proxy fails."""
+    from alnair_dataset import _alluxio_rest
+
+    tier = open_tier(alluxio, budget_bytes=MIB, prefix="t")
+    path = f"{tier.root}/f"
+    tier.rest.write_new(path, b"abc")
+    real, failed = tier.rest._post, []
+
+    def failing_once(then=None):  # type: ignore[no-untyped-def]
+        def post(url, what, **kw):  # type: ignore[no-untyped-def]
+            if url.endswith("/read") and not failed:
+                failed.append(url)
+                if then:
+                    then()
+                raise TierUnavailableError("injected: the read stalled past its timeout")
+            return real(url, what, **kw)
+        return post
+
+    monkeypatch.setattr(tier.rest, "_post", failing_once())
+    assert tier.rest.read(path) == b"abc"
+    assert len(failed) == 1
+    failed.clear()
+    monkeypatch.setattr(tier.rest, "_post", failing_once(lambda: tier.rest.delete(path)))
+    with pytest.raises(_alluxio_rest.NotFound):
+        tier.rest.read(path)
+    monkeypatch.setattr(tier.rest, "_post", real)
+    dead = _alluxio_rest.AlluxioRest("127.0.0.1", free_port(), timeout=0.5)
+    with pytest.raises(TierUnavailableError):
+        dead.read(path)
+    tier.close()
 
 
 def test_a_write_is_renamed_only_once_the_master_completed_it(alluxio, monkeypatch):
