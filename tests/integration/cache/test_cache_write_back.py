@@ -122,7 +122,7 @@ def test_a_removed_data_set_gets_no_entries_once_the_reader_noticed(url, data):
     assert tier.usage().stored_bytes == 0
 
 
-def test_a_small_files_write_back_is_one_store_script_and_no_description_read(redis_node, data):
+def test_a_small_files_write_back_is_one_round_trip_and_no_description_read(redis_node, data, monkeypatch):
     root, files = data
     node = redis_node()
     listed(node.url, root)
@@ -132,6 +132,11 @@ def test_a_small_files_write_back_is_one_store_script_and_no_description_read(re
         reader.read(first)  # the first write-back also loads the tier's scripts into the server
         reader.flush(timeout=30)
         client.config_resetstat()
+        sent: list[str] = []  # every command the reader's client sends, a pipeline as one
+        tier_client = reader.tier.client
+        command, pipeline = tier_client.execute_command, tier_client.pipeline
+        monkeypatch.setattr(tier_client, "execute_command", lambda *a, **k: sent.append(a[0]) or command(*a, **k))
+        monkeypatch.setattr(tier_client, "pipeline", lambda *a, **k: sent.append("pipeline") or pipeline(*a, **k))
         started = time.monotonic()
         for path in rest:
             assert reader.read(path) == files[path]
@@ -139,11 +144,15 @@ def test_a_small_files_write_back_is_one_store_script_and_no_description_read(re
         seconds = time.monotonic() - started
         assert reader.stats.written_back == len(files)
         calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in client.info("commandstats").items()}
-    # per file: journal the chunk, the script storing and referencing it, the manifest entry
-    assert calls["evalsha"] == len(rest)  # no separate "is it stored already?" script first
-    assert calls["hset"] == len(rest)
-    # the data set's description: once per RECHECK_SECONDS, not once per file
+    # per file: the read's manifest entry (HGET), then one script storing the chunk, journaling
+    # and referencing it and listing the file; no "is it stored already?" script first
+    assert sent.count("HGET") == len(rest)
+    assert sent.count("EVALSHA") == calls["evalsha"] == len(rest)
+    assert {"SADD", "HSET", "SET"}.isdisjoint(sent)
+    # the data set's description (a pipeline): once per RECHECK_SECONDS, not once per file
+    assert sent.count("pipeline") <= 1 + seconds / _reader.RECHECK_SECONDS
     assert calls.get("hgetall", 0) <= 1 + seconds / _reader.RECHECK_SECONDS
+    assert len(sent) <= 2 * len(rest) + 1 + seconds / _reader.RECHECK_SECONDS
 
 
 @pytest.fixture(params=["redis", "directory", "alluxio"])

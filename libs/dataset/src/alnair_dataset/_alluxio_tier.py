@@ -58,7 +58,7 @@ from urllib.parse import quote, unquote, urlparse
 from ._alluxio_rest import WRITE_TYPES, AlluxioRest, Exists, Incomplete, NotFound
 from ._errors import InvalidSpecError
 from ._manifest import FileEntry
-from ._tier import DatasetFootprint, TierUsage
+from ._tier import CacheTier, DatasetFootprint, TierUsage
 
 TMP = "+tmp+"
 DOOMED = "+doomed+"
@@ -80,7 +80,7 @@ def _own(entry: dict) -> bool:
     return entry["name"].startswith("+")
 
 
-class AlluxioTier:
+class AlluxioTier(CacheTier):
     """A :class:`~alnair_dataset.CacheTier` on Alluxio 2.9; safe to share between threads."""
 
     name = "alluxio"

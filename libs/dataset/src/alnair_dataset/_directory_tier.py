@@ -30,12 +30,12 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ._manifest import FileEntry
-from ._tier import DatasetFootprint, TierUsage
+from ._tier import CacheTier, DatasetFootprint, TierUsage
 
 GROUPS = 256
 
 
-class DirectoryTier:
+class DirectoryTier(CacheTier):
     """A :class:`~alnair_dataset.CacheTier` in ``root``; safe across threads and processes."""
 
     name = "directory"

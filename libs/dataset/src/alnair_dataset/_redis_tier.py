@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -40,7 +40,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from ._errors import InvalidSpecError, TierPermissionError, TierUnavailableError
 from ._manifest import FileEntry
-from ._tier import DatasetFootprint, TierUsage
+from ._tier import CacheTier, DatasetFootprint, TierUsage
 
 GROUPS = 256
 _SAFE = re.compile(r"[^A-Za-z0-9_.:/-]")
@@ -56,6 +56,26 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   new = 1
 end
 redis.call('SADD', KEYS[2], ARGV[1])
+return new
+"""
+# A whole file in one round trip (one server, not a cluster: the keys span slots).
+# KEYS: journal, files, then per piece chunk, refs, usage   ARGV: dataset, path, entry, then per
+# piece its id and bytes. Returns 1 per piece newly stored, else 0.
+_PUT_FILE = """
+local new = {}
+for i = 0, (#KEYS - 2) / 3 - 1 do
+  local k, a = 3 + 3 * i, 4 + 2 * i
+  redis.call('SADD', KEYS[1], ARGV[a])
+  new[i + 1] = 0
+  if redis.call('EXISTS', KEYS[k]) == 0 then
+    redis.call('SET', KEYS[k], ARGV[a + 1])
+    redis.call('HINCRBY', KEYS[k + 2], 'bytes', string.len(ARGV[a + 1]))
+    redis.call('HINCRBY', KEYS[k + 2], 'chunks', 1)
+    new[i + 1] = 1
+  end
+  redis.call('SADD', KEYS[k + 1], ARGV[1])
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 return new
 """
 _REF_IF_PRESENT = """
@@ -183,7 +203,7 @@ def _reachable(what: str) -> Iterator[None]:
         raise TierUnavailableError(f"Redis tier: {what} failed: {type(e).__name__}: {e}") from e
 
 
-class RedisTier:
+class RedisTier(CacheTier):
     """A :class:`~alnair_dataset.CacheTier` on Redis; safe to share between threads."""
 
     name = "redis"
@@ -193,6 +213,7 @@ class RedisTier:
         self.budget_bytes = budget_bytes
         self.prefix = prefix
         self._put = client.register_script(_PUT)
+        self._put_file = client.register_script(_PUT_FILE)
         self._ref = client.register_script(_REF_IF_PRESENT)
         self._unref = client.register_script(_UNREF)
 
@@ -233,6 +254,20 @@ class RedisTier:
             if not journaled:
                 self.client.sadd(self._ds(dataset, "chunks"), chunk)
             return bool(self._put(keys=self._chunk_keys(chunk), args=[dataset, data]))
+
+    def put_file(self, dataset: str, entry: FileEntry, pieces: Sequence[bytes]) -> list[bool]:
+        """One script on one server: the journal, each piece stored and referenced, the entry
+        (atomic, so journaled before referenced and listed last as the steps would be). A
+        cluster keeps the steps: a data set's keys and a chunk's are in different slots."""
+        if isinstance(self.client, RedisCluster):
+            return super().put_file(dataset, entry, pieces)
+        keys = [self._ds(dataset, "chunks"), self._ds(dataset, "files")]
+        args: list[str | bytes] = [dataset, entry.path, entry.to_json()]
+        for chunk, piece in zip(entry.chunks, pieces, strict=True):
+            keys += self._chunk_keys(chunk)
+            args += [chunk, piece]
+        with _reachable("storing a file"):
+            return [bool(n) for n in self._put_file(keys=keys, args=args)]
 
     def get_chunks(self, chunks: list[str]) -> list[bytes | None]:
         with _reachable("reading chunks"):

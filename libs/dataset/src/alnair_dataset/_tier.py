@@ -10,6 +10,7 @@ add, not a counter increment), and the data set records the chunk id in its own 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,7 +44,8 @@ class DatasetFootprint:
 
 
 class CacheTier(Protocol):
-    """What the hydrator and the data client need of a tier (see the module docstring)."""
+    """What the hydrator and the data client need of a tier (see the module docstring). The
+    tiers subclass it for its one default method, :meth:`put_file`."""
 
     name: str
 
@@ -55,6 +57,16 @@ class CacheTier(Protocol):
     def put_chunk(self, dataset: str, chunk: str, data: bytes, *, journaled: bool = False) -> bool:
         """Store ``data`` as ``chunk`` unless present, referenced by ``dataset``; True if new.
         ``journaled``: :meth:`ref_existing` just journaled it (saves a round trip)."""
+
+    def put_file(self, dataset: str, entry: FileEntry, pieces: Sequence[bytes]) -> list[bool]:
+        """Store each of ``pieces`` (the bytes of ``entry.chunks``, in order) as :meth:`put_chunk`
+        does, then list ``entry`` as :meth:`record_file` does; which pieces were new. For a
+        file read whole already (a small one): a tier that can do it all in one round trip
+        overrides this, the steps one by one."""
+        new = [self.put_chunk(dataset, chunk, piece)
+               for chunk, piece in zip(entry.chunks, pieces, strict=True)]
+        self.record_file(dataset, entry)
+        return new
 
     def get_chunks(self, chunks: list[str]) -> list[bytes | None]: ...
 
