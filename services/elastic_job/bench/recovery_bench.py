@@ -12,7 +12,13 @@ progress, SIGKILL one worker's torchrun (a crashed node) and time
 reported as p50/p90. Then ``--goodput`` runs: the same job killed every ``--every`` seconds of
 wall time until it finishes, goodput = steps × the undisturbed step time / wall time, from
 the job's first step to its last (steps redone after a restore count as lost), next to the
-controller's own goodput figure.
+controller's own goodput figure. ``--scale`` first times a scale-up and a scale-down: the job
+(1..world) starts beside a blocker workload holding half the card's compute, grows to its full
+world when the blocker ends, and shrinks to 1 by ``alnair job scale``: each is timed from its
+cause (the blocker's exit, the command) to Running at the new size and to the first step
+trained at that size, with the step time at each size. The platform then runs with the
+controller's resize hysteresis off (``ALNAIR_RESCALE_INTERVAL_SECONDS=0``; by default a job keeps
+a new size for 300 s, so a scale-up waits up to that long by design).
 
     .venv/bin/python services/elastic_job/bench/recovery_bench.py --kills 20 --goodput 60 120
 """
@@ -25,6 +31,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "elastic_job"))
 
-from local_jobs import P, local_platform, steps  # noqa: E402
+from local_jobs import ALNAIR, P, local_platform, steps  # noqa: E402
 
 from alnair_common.testing import wait_until  # noqa: E402
 
@@ -74,6 +81,57 @@ def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Rand
             "recovering": float(detected.state.phase == P.JOB_PHASE_RECOVERING)}
 
 
+def first_step_at(ckpt: Path, world: int, after: float) -> float:
+    found = wait_until(lambda: next((s for s in steps(ckpt) if s[1] == world and s[2] > after), None),
+                       timeout=120, interval=0.05, what=f"a step with a world of {world}")
+    return found[2]
+
+
+def scale_phase(platform, args, work: Path, job_env: dict[str, str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Up when capacity frees (a blocker at 50 % compute ends), down by command; timed from each cause."""
+    ckpt = work / "ckpt-scale"
+    ckpt.mkdir()
+    blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute", "50",
+                                "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps, timeout=60,
+                   interval=0.5, what="the blocker running")
+        platform.submit("scale", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=1,
+                        max_replicas=args.world, compute=args.compute, env=job_env)
+        half = min(args.world, 50 // args.compute)
+        wait_until(platform.running_with("scale", half, after_step=10), timeout=180, interval=0.2,
+                   what=f"the job Running with the {half} workers that fit beside the blocker")
+        before = len(steps(ckpt))
+        wait_until(lambda: len(steps(ckpt)) >= before + 20, timeout=120, interval=0.2, what="progress")
+        freed = time.time()
+        blocker.send_signal(signal.SIGINT)  # Ctrl-C: `alnair run` withdraws its workload
+        blocker.wait(60)
+    finally:
+        blocker.kill()
+    wait_until(platform.running_with("scale", args.world), timeout=120, interval=0.05, what="grown")
+    grown = time.time() - freed
+    up_step = first_step_at(ckpt, args.world, freed) - freed
+    at = len(steps(ckpt))
+    wait_until(lambda: len(steps(ckpt)) >= at + 20, timeout=120, interval=0.2, what="progress at full size")
+    asked = time.time()
+    done = platform.cli("job", "scale", "scale", "1")
+    assert done.returncode == 0, done.stderr
+    wait_until(platform.running_with("scale", 1), timeout=120, interval=0.05, what="shrunk")
+    shrunk = time.time() - asked
+    down_step = first_step_at(ckpt, 1, asked) - asked
+    at = len(steps(ckpt))
+    wait_until(lambda: len(steps(ckpt)) >= at + 20, timeout=120, interval=0.2, what="progress at 1")
+    log = steps(ckpt)
+    platform.cli("job", "delete", "scale")
+    restarts = platform.record("scale").state.restarts
+    return {"up_running_s": grown, "up_first_step_s": up_step, "down_running_s": shrunk,
+            "down_first_step_s": down_step, "restarts": float(restarts),
+            f"step_s_world_{half}": steady_step_seconds(log, half),
+            f"step_s_world_{args.world}": steady_step_seconds(log, args.world),
+            "step_s_world_1": steady_step_seconds(log, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=20)
@@ -87,6 +145,7 @@ def main() -> None:
     ap.add_argument("--compute", type=int, default=30)
     ap.add_argument("--step-sleep", type=float, default=0.1)
     ap.add_argument("--goodput-steps", type=int, default=1500)
+    ap.add_argument("--scale", action="store_true", help="time a scale-up and a scale-down first")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     rng = random.Random(1)
@@ -95,7 +154,11 @@ def main() -> None:
     results: dict[str, object] = {"command": " ".join(sys.argv), "world": args.world}
     with tempfile.TemporaryDirectory(prefix="alnair-recovery-") as tmp:
         work = Path(tmp)
-        with local_platform(work, args.gpus, up_args=up_args) as platform:
+        env = {"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"} if args.scale else None
+        with local_platform(work, args.gpus, env=env, up_args=up_args) as platform:
+            if args.scale:
+                results["scale"] = scale_phase(platform, args, work, job_env)
+                print("scale", json.dumps(results["scale"]), flush=True)
             if args.kills:
                 ckpt = work / "ckpt-kills"
                 ckpt.mkdir()
