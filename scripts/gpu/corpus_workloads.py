@@ -50,12 +50,17 @@ TRAINING = {"eval_train": True, "accum_train": True, "finetune_frozen": True, "n
 Mark = Callable[[], None]
 
 
-def eval_train(a: argparse.Namespace, mark: Mark, end: float) -> None:
-    model = om.resnet(a.width, a.layers).to(a.device)
+def _resnet_step(a: argparse.Namespace) -> tuple[nn.Module, Callable[[int], None]]:
+    """The ResNet-shaped CNN in training mode and its SGD step on one fixed batch."""
+    model = om.resnet(a.width, a.layers).to(a.device).train()
     x = torch.randn(a.batch, 3, a.image, a.image, device=a.device)
     y = torch.randint(0, 100, (a.batch,), device=a.device)
+    return model, om._trainer(model, a, lambda i: F.cross_entropy(model(x), y))
+
+
+def eval_train(a: argparse.Namespace, mark: Mark, end: float) -> None:
+    model, step = _resnet_step(a)
     held_out = torch.randn(2 * a.batch, 3, a.image, a.image, device=a.device)
-    step = om._trainer(model, a, lambda i: F.cross_entropy(model(x), y))
     next_eval = time.time() + a.eval_every
     i = 0
     while time.time() < end:
@@ -116,10 +121,7 @@ def finetune_frozen(a: argparse.Namespace, mark: Mark, end: float) -> None:
 
 def notebook_bursts(a: argparse.Namespace, mark: Mark, end: float) -> None:
     rnd = random.Random(a.seed)
-    model = om.resnet(a.width, a.layers).to(a.device).train()
-    x = torch.randn(a.batch, 3, a.image, a.image, device=a.device)
-    y = torch.randint(0, 100, (a.batch,), device=a.device)
-    step = om._trainer(model, a, lambda i: F.cross_entropy(model(x), y))
+    _, step = _resnet_step(a)
     i = 0
     while time.time() < end:
         time.sleep(min(rnd.uniform(1, 5), max(0.0, end - time.time())))  # the user reads, edits a cell
@@ -132,10 +134,7 @@ def notebook_bursts(a: argparse.Namespace, mark: Mark, end: float) -> None:
 
 def stalled_train(a: argparse.Namespace, mark: Mark, end: float) -> None:
     rnd = random.Random(a.seed)
-    model = om.resnet(a.width, a.layers).to(a.device).train()
-    x = torch.randn(a.batch, 3, a.image, a.image, device=a.device)
-    y = torch.randint(0, 100, (a.batch,), device=a.device)
-    step = om._trainer(model, a, lambda i: F.cross_entropy(model(x), y))
+    _, step = _resnet_step(a)
     i = 0
     while time.time() < end:
         if rnd.random() < a.stall_share:
