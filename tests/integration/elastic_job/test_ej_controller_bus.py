@@ -142,6 +142,11 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
         return await records.get("default.resnet") is None
 
     await wait_for(forgotten, what="the record of the deleted job removed")
+    # ... after one last state and plan: Deleted, target 0, so the adapters remove whatever
+    # the job left (a finished job keeps its workers' pods for their logs until then).
+    last = await wait_for(lambda: _plan_of(seen, generations[-1] + 1), what="the plan of the forgotten job")
+    assert (last.phase, last.target) == (job_pb2.JOB_PHASE_DELETED, 0)
+    assert seen.states[-1].generation == last.generation and seen.states[-1].cause == "delete"
 
 
 async def _started(service: ej.ElasticJobService, n: int) -> bool:

@@ -49,10 +49,38 @@ def test_another_spec_for_a_live_job_is_refused_and_a_finished_one_is_forgotten_
         c.submit(ej.TrainingJob("resnet", ("python", "other.py"), 1, 1, ej.WorkerRequest(whole_gpus=1)), 1.0)
     [t] = c.apply(KEY, ej.DeleteCommand(), 2.0)
     assert t.status.phase is ej.Phase.DELETED
-    assert c.apply(KEY, ej.DeleteCommand(), 3.0) == [] and KEY not in c.jobs
+    [last] = c.apply(KEY, ej.DeleteCommand(), 3.0)  # one last status, whose plan removes what is left
+    assert KEY not in c.jobs
+    assert (last.status.phase, last.status.generation, last.status.cause) == (
+        ej.Phase.DELETED, t.status.generation + 1, "delete")
     with pytest.raises(ej.TransitionError, match="no training job default/resnet"):
         c.apply(KEY, ej.ScaleCommand(2), 4.0)
     assert c.apply(KEY, ej.Tick(), 5.0) == []
+
+
+def test_deleting_a_finished_job_publishes_a_deleted_plan_before_it_is_forgotten() -> None:
+    """A finished job keeps its workers' pods for their logs; deleting it must say so to the
+    adapters, so its last status (Deleted, one generation on) plans target 0 and is the one
+    whose plan removes them."""
+    c = ej.Controller()
+    c.submit(JOB, 0.0)
+    c.reallocate(CARDS, 1.0)
+    for uid in ("a", "b", "c"):
+        c.apply(*ej.worker_input(worker_event(uid, workload_pb2.WORKLOAD_PHASE_BOUND)), 2.0)
+    for uid in ("a", "b", "c"):
+        c.apply(*ej.worker_input(worker_event(uid, workload_pb2.WORKLOAD_PHASE_SUCCEEDED)), 3.0)
+    done = c.jobs[KEY]
+    assert done.status.phase is ej.Phase.SUCCEEDED
+    [t] = c.apply(KEY, ej.DeleteCommand(), 4.0)
+    assert KEY not in c.jobs, "forgotten"
+    s = t.status
+    assert (s.phase, s.previous, s.reason, s.generation, s.target, s.world_size) == (
+        ej.Phase.DELETED, ej.Phase.SUCCEEDED, "Deleted", done.status.generation + 1, 0, 0)
+    assert "after it ended (Succeeded)" in s.message
+    from alnair_elastic_job._state_codec import worker_plan
+    actions = ej.worker_actions(t)
+    plan = worker_plan(t.job, s, actions.create, actions.gang)
+    assert (plan.phase, plan.target, plan.generation) == (job_pb2.JOB_PHASE_DELETED, 0, s.generation)
 
 
 def test_the_allocator_divides_cards_between_jobs_and_the_clock_times_them_out() -> None:

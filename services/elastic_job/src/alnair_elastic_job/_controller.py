@@ -16,7 +16,7 @@ from ._allocator import DEFAULT_HYSTERESIS, ElasticDemand, FreeCard, Hysteresis,
 from ._errors import JobSpecError, TransitionError
 from ._job_spec import TrainingJob
 from ._job_states import CapacityChanged, DeleteCommand, JobInput, JobStatus, Phase, Tick, submitted
-from ._job_transitions import step
+from ._job_transitions import forgotten, step
 
 
 def job_key(namespace: str, name: str) -> str:
@@ -83,7 +83,8 @@ class Controller:
         return [tracked]
 
     def apply(self, key: str, event: JobInput, now: float) -> list[TrackedJob]:
-        """Step one job; a delete of a finished job forgets it."""
+        """Step one job; a delete of a finished job forgets it, after one last status
+        (Deleted, ``forgotten``) whose plan removes what the job left behind."""
         tracked = self.jobs.get(key)
         if tracked is None:
             if isinstance(event, CapacityChanged | Tick):
@@ -91,7 +92,7 @@ class Controller:
             raise TransitionError(f"no training job {key}; `alnair job ls` lists them")
         if isinstance(event, DeleteCommand) and tracked.status.phase.terminal:
             del self.jobs[key]
-            return []
+            return [TrackedJob(tracked.job, forgotten(tracked.status, now))]
         return self._step(tracked, event, now)
 
     def _step(self, tracked: TrackedJob, event: JobInput, now: float) -> list[TrackedJob]:

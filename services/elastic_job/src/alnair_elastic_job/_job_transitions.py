@@ -127,6 +127,21 @@ def _delete(s: JobStatus, now: float) -> JobStatus:
                  "delete", stopping=s.placed, world=frozenset())
 
 
+def forgotten(s: JobStatus, now: float) -> JobStatus:
+    """The last status of a job that ended and is now deleted: Deleted, one generation on.
+
+    Its end kept what it left (a finished job's pods, for their logs); this status's plan
+    (target 0, phase Deleted) is what tells the adapters to remove that too, so a delete
+    removes the same things whether the job was still running or not. The controller
+    forgets the job once it is published."""
+    if s.phase is Phase.DELETED:
+        message = "forgotten; anything of it still left is removed"
+    else:
+        message = f"deleted after it ended ({s.phase.value}): its finished workers are removed"
+    return _move(s, Phase.DELETED, "Deleted", message, now, "delete", reenter=True,
+                 world=frozenset(), target=0)
+
+
 def _restart(job: TrainingJob, s: JobStatus, reason: str, message: str, now: float,
              cause: str) -> JobStatus:
     """One restart used: every worker stopped, a new gang after the back-off."""
