@@ -22,6 +22,7 @@ call failed is finished by its redelivery: the live pods are counted again.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ JOBS_ROLE = "alnair-kube-bridge-training-jobs"
 ENDED = (job_pb2.JOB_PHASE_SUCCEEDED, job_pb2.JOB_PHASE_FAILED, job_pb2.JOB_PHASE_DELETED)
 _LIVE_PHASES = ("Pending", "Running", "Unknown")
 _OWN_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_SERVICE_ACCOUNT = re.compile(r'"system:serviceaccount:([a-z0-9.-]+):([a-z0-9.-]+)"')
 
 
 def own_namespace() -> str:
@@ -55,6 +57,18 @@ def own_namespace() -> str:
         return _OWN_NAMESPACE.read_text().strip() or "alnair-system"
     except OSError:
         return "alnair-system"
+
+
+def binding_command(namespace: str, refusal: str = "") -> str:
+    """The command that lets kube-bridge run training jobs in ``namespace``.
+
+    The ServiceAccount is the one the apiserver names in its refusal (``User
+    "system:serviceaccount:<ns>:<name>"``), so the command is exact wherever the bridge runs
+    and whatever its account is called; without one, this pod's account is assumed."""
+    found = _SERVICE_ACCOUNT.search(refusal)
+    account = f"{found[1]}:{found[2]}" if found else f"{own_namespace()}:kube-bridge"
+    return (f"kubectl -n {namespace} create rolebinding alnair-training-jobs "
+            f"--clusterrole={JOBS_ROLE} --serviceaccount={account}")
 
 
 def job_selector(name: str, namespace: str) -> str:
@@ -83,10 +97,9 @@ class JobWorkers:
             if e.status != 403:
                 raise
             raise KubeApiError(
-                f"{e}; kube-bridge runs training jobs only in namespaces where its ServiceAccount "
-                f"is bound to ClusterRole {JOBS_ROLE}: kubectl -n {namespace} create rolebinding "
-                f"alnair-training-jobs --clusterrole={JOBS_ROLE} "
-                f"--serviceaccount={own_namespace()}:kube-bridge", 403) from e
+                f"training job {namespace}/{plan.spec.name} refused: namespace {namespace} does not "
+                f"let kube-bridge run training jobs ({e}); bind ClusterRole {JOBS_ROLE} to "
+                f"kube-bridge in namespace {namespace}: {binding_command(namespace, str(e))}", 403) from e
 
     def apply(self, plan: job_pb2.WorkerPlan, namespace: str) -> None:
         name, base = plan.spec.name, o.base_name(namespace, plan.spec.name)

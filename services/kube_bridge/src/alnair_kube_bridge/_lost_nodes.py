@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from alnair_common import get_logger
 
 from ._job_objects import MANAGED_SELECTOR
-from ._job_workers import JOBS_ROLE
+from ._job_workers import JOBS_ROLE, binding_command
 from ._kube_client import list_pods
 from ._kube_errors import KubeApiError, api_call
 
@@ -72,8 +72,9 @@ class LostNodes:
             except KubeApiError as e:
                 if e.status != 403:
                     raise
-                log.warning("cannot delete a lost node's job pod: bind the ClusterRole "
-                            f"{JOBS_ROLE} to kube-bridge in its namespace", namespace=meta.namespace,
+                log.warning(f"cannot delete a lost node's job pod in namespace {meta.namespace}: bind "
+                            f"ClusterRole {JOBS_ROLE} to kube-bridge there: "
+                            f"{binding_command(meta.namespace, str(e))}", namespace=meta.namespace,
                             pod=meta.name, node=pod.spec.node_name)
                 continue
             log.info("job pod of a lost node deleted", namespace=meta.namespace, pod=meta.name,
