@@ -4,7 +4,9 @@
   checked by the apiserver's own schemas and admission, not by a copy of them — prod with
   the bus's Secrets as scripts/bus-credentials writes them for an operator to apply.
 * The RBAC of the bundle, applied for real, grants each service exactly what it uses: the
-  apiserver's authorizer answers ``can-i`` for each service account.
+  apiserver's authorizer answers ``can-i`` for each service account — kube-bridge's
+  training-jobs rights (ClusterRole ``alnair-kube-bridge-training-jobs``) nowhere until an
+  operator binds them in a namespace, then there only.
 * The examples are accepted; the deliberately invalid PodGroups and Datasets are refused by
   the schema.
 """
@@ -90,13 +92,16 @@ def test_rbac_grants_each_service_what_it_uses_and_nothing_more(kube: KubeNamesp
         done = kubectl_apply(kube, docs)
         assert done.returncode == 0, done.stderr
 
-        def can(account: str, verb: str, resource: str, *, all_namespaces: bool = False) -> bool:
+        def can(account: str, verb: str, resource: str, *, all_namespaces: bool = False,
+                namespace: str | None = None) -> bool:
             resource, _, subresource = resource.partition("/")
             args = ["auth", "can-i", verb, resource, f"--as=system:serviceaccount:{kube.namespace}:{account}"]
             if subresource:
                 args.append(f"--subresource={subresource}")
             if all_namespaces:
                 args.append("--all-namespaces")
+            if namespace:
+                args.append(f"--namespace={namespace}")
             answer = subprocess.run([str(kubectl()), f"--kubeconfig={kube.kubeconfig}", *args],
                                     capture_output=True, text=True, timeout=30)
             return answer.stdout.strip() == "yes"
@@ -114,6 +119,43 @@ def test_rbac_grants_each_service_what_it_uses_and_nothing_more(kube: KubeNamesp
         assert not can(bridge, "create", "datasets.alnair.centaurus.io", all_namespaces=True)
         for verb, resource in (("get", "secrets"), ("create", "pods"), ("delete", "pods"), ("delete", "nodes")):
             assert not can(bridge, verb, resource, all_namespaces=True), f"kube-bridge may {verb} {resource}"
+        # TrainingJobs: read, held by a finalizer, their status written, in every namespace;
+        # never created, deleted or rewritten.
+        for verb, resource in (("watch", "trainingjobs.alnair.centaurus.io"),
+                               ("get", "trainingjobs.alnair.centaurus.io"),
+                               ("patch", "trainingjobs.alnair.centaurus.io"),
+                               ("patch", "trainingjobs.alnair.centaurus.io/status")):
+            assert can(bridge, verb, resource, all_namespaces=True), f"kube-bridge cannot {verb} {resource}"
+        for verb, resource in (("create", "trainingjobs.alnair.centaurus.io"),
+                               ("delete", "trainingjobs.alnair.centaurus.io"),
+                               ("update", "trainingjobs.alnair.centaurus.io")):
+            assert not can(bridge, verb, resource, all_namespaces=True), f"kube-bridge may {verb} {resource}"
+        # The training jobs' rights (pods that run code) are bound by nobody in the bundle; an
+        # operator binds them per namespace with the command of the README and of kube-bridge's
+        # error event. Before that, nowhere; after it, there and only there.
+        jobs_grants = (("create", "pods"), ("delete", "pods"), ("get", "pods/log"), ("get", "services"),
+                       ("list", "services"), ("create", "services"), ("patch", "services"),
+                       ("delete", "services"), ("create", "podgroups.alnair.centaurus.io"),
+                       ("delete", "podgroups.alnair.centaurus.io"))
+        elsewhere = f"{kube.namespace}-unbound"
+        for verb, resource in jobs_grants:
+            assert not can(bridge, verb, resource, namespace=kube.namespace), \
+                f"kube-bridge may {verb} {resource} in a namespace nobody bound the training-jobs role in"
+        jobs_role = f"alnair-kube-bridge-training-jobs-{suffix}"
+        assert jobs_role in {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"}
+        kube.kubectl("create", "rolebinding", "alnair-training-jobs", f"--clusterrole={jobs_role}",
+                     f"--serviceaccount={kube.namespace}:{bridge}")
+        for verb, resource in jobs_grants:
+            assert can(bridge, verb, resource, namespace=kube.namespace), \
+                f"kube-bridge cannot {verb} {resource} where the training-jobs role is bound"
+            assert not can(bridge, verb, resource, namespace=elsewhere), \
+                f"kube-bridge may {verb} {resource} in {elsewhere}, where the role is not bound"
+            assert not can(bridge, verb, resource, all_namespaces=True), \
+                f"kube-bridge may {verb} {resource} in every namespace"
+        for verb, resource in (("update", "pods"), ("get", "secrets"), ("create", "pods/exec"),
+                               ("create", "rolebindings.rbac.authorization.k8s.io")):
+            assert not can(bridge, verb, resource, namespace=kube.namespace), \
+                f"the training-jobs role lets kube-bridge {verb} {resource}"
         for agent in ("alnair-device-plugin", "alnair-exporter"):
             assert can(agent, "get", "nodes")
             for verb, resource in (("list", "nodes"), ("patch", "nodes"), ("get", "pods"), ("get", "secrets")):
