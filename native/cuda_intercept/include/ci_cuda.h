@@ -20,6 +20,7 @@ typedef int CUresult;
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
@@ -30,6 +31,8 @@ typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUmod_st *CUmodule;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;

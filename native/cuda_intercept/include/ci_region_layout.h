@@ -24,7 +24,8 @@
 
 #define CI_REGION_FILE_NAME "cuda.region"
 #define CI_REGION_MAGIC 0x31554341524e4c41ULL /* "ALNRACU1" little-endian */
-#define CI_REGION_LAYOUT_VERSION 3u /* 2: device.sm_util_source; 3: device.footprint_bytes */
+/* 2: device.sm_util_source; 3: device.footprint_bytes; 4: device.kernel_names */
+#define CI_REGION_LAYOUT_VERSION 4u
 #define CI_REGION_MAX_DEVICES 16
 #define CI_REGION_MAX_SLOTS 128
 #define CI_REGION_LOCK_BYTES 64
@@ -43,6 +44,11 @@
 #define CI_UTIL_SOURCE_NVML 2u        /* fallback: NVML per-process utilisation */
 #define CI_UTIL_SOURCE_NVML_DEVICE 3u /* fallback: NVML whole-device utilisation */
 #define CI_UTIL_SOURCE_OPEN_LOOP 4u   /* fallback: no NVML, unthrottled pace scaled */
+
+/* device.kernel_names */
+#define CI_KERNEL_NAMES_READ (1ull << 63)        /* the driver gave kernel names */
+#define CI_KERNEL_NAMES_TORCH_SEEN (1ull << 62)  /* a PyTorch (at::native) kernel ran */
+#define CI_KERNEL_NAMES_TRAINING_MASK ((1ull << 62) - 1)
 
 /* slot.state */
 #define CI_SLOT_FREE 0u   /* never used */
@@ -86,7 +92,11 @@ struct ci_region_device {            /* 128 bytes, one per GPU per process */
     uint64_t footprint_bytes;        /* 112: the part of memory_used_bytes that no allocation
                                       *      call made: contexts, module images, padding;
                                       *      an exited record keeps its last value */
-    uint64_t reserved[1];            /* 120 .. 128 */
+    uint64_t kernel_names;           /* 120: what the launched kernels' names say
+                                      *      (ci_kernel_names.c): CI_KERNEL_NAMES_* bits
+                                      *      and, in bits 0..61, launches of kernels
+                                      *      named like training (backward,
+                                      *      multi_tensor_apply) */
 };
 
 struct ci_region_slot {                       /* 64 + 16 * 128 = 2112 bytes */

@@ -272,6 +272,9 @@ struct ci_driver_calls {
     CUresult (*cuGraphMemAllocNodeGetParams)(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params);
     CUresult (*cuGraphChildGraphNodeGetGraph)(CUgraphNode node, CUgraph *graph);
     CUresult (*cuDeviceGetGraphMemAttribute)(CUdevice dev, int attr, void *value);
+    /* launched kernels' names (ci_kernel_names.c): CUDA 12.4 and 12.3 */
+    CUresult (*cuFuncGetName)(const char **name, CUfunction f);
+    CUresult (*cuKernelGetName)(const char **name, CUkernel k);
 };
 extern struct ci_driver_calls ci_driver;
 
@@ -404,6 +407,17 @@ void ci_controller_init(struct ci_controller *c, double target_percent);
  * Returns the new rate (0 = unthrottled). Pure function of its inputs. */
 double ci_controller_update(struct ci_controller *c, double util, double consumed,
                             bool binding);
+
+/* ---- ci_kernel_names.c --------------------------------------------------- */
+
+/* Classifies the kernel `fn` launched on `dev` by its name (once per handle, through the
+ * driver's cuFuncGetName) and counts the launch when the name is a training one
+ * (backward, multi_tensor_apply). Lock-free; does nothing when names cannot be read. */
+void ci_kernel_names_note(int dev, const void *fn);
+/* The region's device.kernel_names word of `dev`: bit 63 a name was read, bit 62 a
+ * PyTorch kernel was seen, bits 0..61 launches of training-named kernels. */
+uint64_t ci_kernel_names_word(int dev);
+void ci_kernel_names_after_fork_child(void);
 
 /* ---- ci_signature.c ------------------------------------------------------ */
 

@@ -163,6 +163,8 @@ static void ci_lookup_do_load_driver(void)
     CI_RESOLVE(cuGraphMemAllocNodeGetParams);
     CI_RESOLVE(cuGraphChildGraphNodeGetGraph);
     CI_RESOLVE(cuDeviceGetGraphMemAttribute);
+    CI_RESOLVE(cuFuncGetName);
+    CI_RESOLVE(cuKernelGetName);
 #undef CI_RESOLVE
     /* CUDA 12.8 added the _v2 spellings; older drivers have only the first. */
     void *elapsed = ci_lookup_real_dlsym(h, "cuEventElapsedTime_v2");

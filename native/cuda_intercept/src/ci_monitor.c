@@ -116,6 +116,7 @@ static void ci_monitor_publish_locked(int slot)
         CI_PUB(sm_util_source,
                atomic_load_explicit(&ci_monitor_util_source[d], memory_order_relaxed));
         CI_PUB(footprint_bytes, ci_footprint_bytes(d));
+        CI_PUB(kernel_names, ci_kernel_names_word(d));
 #undef CI_PUB
     }
     __atomic_store_n(&s->launch_signature, sig.hash, __ATOMIC_RELEASE);

@@ -141,6 +141,7 @@ static void ci_runtime_child_after_fork(void)
     memset(ci_counters, 0, sizeof ci_counters);
     ci_tokens_reset();
     ci_signature_reset();
+    ci_kernel_names_after_fork_child();
     ci_monitor_after_fork_child();
     ci_gputime_after_fork_child();
     ci_footprint_after_fork_child();

@@ -121,6 +121,7 @@ uint64_t ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
         uint64_t next = avg == 0 ? cost
                                  : (uint64_t)((int64_t)avg + ((int64_t)cost - (int64_t)avg) / 8);
         atomic_store_explicit(&b->avg_cost, next, memory_order_relaxed);
+        ci_kernel_names_note(dev, fn);
     }
     ci_signature_record(fn);
     ci_tokens_charge(b, dev, cost);

@@ -73,6 +73,36 @@ def test_context_footprint_is_published_per_process(native_build: NativeBuild) -
     assert region.memory_used_bytes(0) == 0 and region.active() == ()
 
 
+def test_kernel_names_word_decodes_per_process(native_build: NativeBuild) -> None:
+    """kernel_names: the parent launched 300 backward + 50 multi_tensor_apply kernels among
+    1150 (PyTorch-named elementwise, a custom kernel, a handle the driver cannot name); its
+    forked child only the custom kernel. kernel_names_unavailable: the driver gave no names."""
+    region = read_region(native_build.workspace("release", "kernel_names") / FILE_NAME)
+    parent, child = sorted((s.devices[0] for s in region.slots), key=lambda d: -d.kernel_launches)
+    assert (parent.kernel_launches, parent.training_kernel_launches) == (1150, 350)
+    assert parent.kernel_names_read and parent.torch_kernels_seen
+    assert (child.kernel_launches, child.training_kernel_launches) == (100, 0)
+    assert child.kernel_names_read and not child.torch_kernels_seen
+    (blind,) = read_region(native_build.workspace("release", "kernel_names_unavailable") / FILE_NAME).slots
+    dev = blind.devices[0]
+    assert dev.kernel_launches == 400
+    assert (dev.training_kernel_launches, dev.kernel_names_read, dev.torch_kernels_seen) == (0, False, False)
+
+
+def test_layout_3_region_decodes_with_kernel_names_unknown(native_build: NativeBuild) -> None:
+    """Layout 3 had a reserved zero word where kernel_names is: a reader of 4 still reads a
+    region written by an older library (names not read), but no version it does not know."""
+    data = bytearray((native_build.workspace("release", "region_fixture") / FILE_NAME).read_bytes())
+    struct.pack_into("<I", data, 8, 3)
+    region = decode_region(bytes(data))
+    dev = region.slots[0].devices[0]
+    assert region.header.layout_version == 3 and dev.kernel_launches == 1000
+    assert (dev.training_kernel_launches, dev.kernel_names_read, dev.torch_kernels_seen) == (0, False, False)
+    struct.pack_into("<I", data, 8, 2)
+    with pytest.raises(RegionFormatError, match="layout version 2 is unknown"):
+        decode_region(bytes(data))
+
+
 def test_throttled_run_publishes_bucket_and_utilisation(native_build: NativeBuild) -> None:
     region = read_region(native_build.workspace("release", "throttle_30_sm132") / FILE_NAME)
     assert region.header.compute_percent == 30
@@ -145,6 +175,10 @@ def test_python_writer_round_trips_and_matches_the_c_layout(tmp_path, native_bui
     (active,) = region.active()
     assert active.host_pid == 98765 and active.active_devices()[1].sm_util_percent == 42
     assert active.active_devices()[1].footprint_bytes == 5
+    names = DeviceRecord(kernel_launches=9000, training_kernel_launches=2**62 - 1, kernel_names_read=True)
+    writer.write_slot(6, pid=4343, devices={0: names})
+    (record,) = (s.devices[0] for s in read_region(path).active() if s.pid == 4343)
+    assert record == names and not record.torch_kernels_seen
     assert region.memory_used_bytes(1) == 7 and region.memory_used_bytes(0) == 0
 
 

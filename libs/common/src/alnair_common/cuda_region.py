@@ -4,13 +4,15 @@ Every GPU process of a workload runs ``libalnair_cuda.so`` (``native/cuda_interc
 keeps one file per workload, ``$ALNAIR_WORKSPACE/cuda.region``: a 512-byte header (limits,
 workload id) and 128 fixed-size process slots, each with one 128-byte record per GPU (memory
 in use and the part of it that is the driver's footprint, kernel and graph launches, copy
-bytes by direction, tokens, throttled time, measured SM utilisation) plus the launch-sequence
-signature (iteration period). The node's exporter
+bytes by direction, tokens, throttled time, measured SM utilisation, what the launched kernels'
+names say: launches of training-named kernels, names readable, PyTorch kernels seen) plus the
+launch-sequence signature (iteration period). The node's exporter
 decodes it with this module and publishes CUDA samples on the bus.
 
 The byte layout is defined once, in ``native/cuda_intercept/include/ci_region_layout.h``;
-the ``struct`` formats below mirror it field for field. A region of another layout version
-is refused with :class:`RegionFormatError` rather than misread.
+the ``struct`` formats below mirror it field for field. Layout 3 (before device.kernel_names,
+a reserved zero word then) decodes with the names unknown; a region of any other layout
+version is refused with :class:`RegionFormatError` rather than misread.
 
 Errors: :class:`RegionFormatError` (permanent: truncated data, not a region, unknown layout
 version) and :class:`RegionBusyError` (temporary: a writer kept changing a record while we
@@ -49,7 +51,11 @@ __all__ = [
 
 FILE_NAME = "cuda.region"
 MAGIC = 0x31554341524E4C41  # b"ALNRACU1" little-endian
-LAYOUT_VERSION = 3  # 2: DeviceRecord.sm_util_source; 3: DeviceRecord.footprint_bytes (reserved words)
+# 2: DeviceRecord.sm_util_source; 3: DeviceRecord.footprint_bytes; 4: the kernel_names word
+# (training_kernel_launches, kernel_names_read, torch_kernels_seen); all were reserved words
+LAYOUT_VERSION = 4
+# layout 3's word 120 is reserved and zero: it decodes as "names not readable"
+READABLE_LAYOUT_VERSIONS = (3, LAYOUT_VERSION)
 MAX_DEVICES = 16
 MAX_SLOTS = 128
 HEADER_BYTES = 512
@@ -64,8 +70,12 @@ LIMITS_SOURCES = {0: "none", 1: "env", 2: "file"}
 
 # header bytes 0..128; the mutex (128..192) and reserved words are not decoded
 HEADER_STRUCT = struct.Struct("<QIIIIIIQQQII64s")
-# one device record: 13 x 64-bit, sm_util_percent, sm_util_source, footprint_bytes, 8 reserved
-DEVICE_STRUCT = struct.Struct("<QQQQQQQQQQqQQIIQ8x")
+# one device record: 13 x 64-bit, sm_util_percent, sm_util_source, footprint_bytes, kernel_names
+DEVICE_STRUCT = struct.Struct("<QQQQQQQQQQqQQIIQQ")
+# device.kernel_names (CI_KERNEL_NAMES_* in ci_region_layout.h)
+KERNEL_NAMES_READ = 1 << 63
+KERNEL_NAMES_TORCH_SEEN = 1 << 62
+KERNEL_NAMES_TRAINING_MASK = (1 << 62) - 1
 # slot head: seq, state, pid, host_pid, start ticks, updated, signature, period, period ns, iters
 SLOT_HEAD_STRUCT = struct.Struct("<IIiiQQQQQQ")
 # (seq, state) of every slot at once: a reader polling many regions per second decodes only
@@ -126,6 +136,14 @@ class DeviceRecord:
     # module images, the driver's padding (measured through NVML; counted against the limit).
     # An exited process's record keeps its last value (memory_used_bytes is zeroed).
     footprint_bytes: int = 0
+    # From the launched kernels' names (classified once per function through the driver's
+    # cuFuncGetName, CUDA >= 12.4): launches of kernels named like training (`backward`:
+    # autograd, `multi_tensor_apply`: PyTorch's fused optimizer step); whether any name could
+    # be read (False: old driver, or a layout-3 region — the count then means nothing); and
+    # whether a PyTorch (at::native) kernel ran, which makes 0 training launches telling.
+    training_kernel_launches: int = 0
+    kernel_names_read: bool = False
+    torch_kernels_seen: bool = False
 
     @property
     def idle(self) -> bool:
@@ -195,10 +213,10 @@ def _decode_header(data: bytes | memoryview) -> RegionHeader:
     ) = HEADER_STRUCT.unpack_from(data, 0)
     if magic != MAGIC:
         raise RegionFormatError(f"not an interceptor region: magic {magic:#018x}, want {MAGIC:#018x}")
-    if version != LAYOUT_VERSION:
+    if version not in READABLE_LAYOUT_VERSIONS:
         raise RegionFormatError(
-            f"region layout version {version} is unknown (this reader decodes version "
-            f"{LAYOUT_VERSION}); upgrade the reader together with libalnair_cuda"
+            f"region layout version {version} is unknown (this reader decodes versions "
+            f"{', '.join(map(str, READABLE_LAYOUT_VERSIONS))}); upgrade the reader together with libalnair_cuda"
         )
     layout = (header_bytes, slot_bytes, max_slots, max_devices)
     expected = (HEADER_BYTES, SLOT_BYTES, MAX_SLOTS, MAX_DEVICES)
@@ -225,12 +243,15 @@ UTIL_SOURCES = {1: "gputime", 2: "nvml", 3: "nvml-device", 4: "open-loop"}
 
 def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
     values = DEVICE_STRUCT.unpack_from(data, offset)
-    sm_util, source = values[13], values[14]
+    sm_util, source, names = values[13], values[14], values[16]
     return DeviceRecord(
         *values[:13],
         sm_util_percent=None if sm_util == UNKNOWN_U32 else sm_util,
         sm_util_source=UTIL_SOURCES.get(source, f"unknown({source})") if source else None,
         footprint_bytes=values[15],
+        training_kernel_launches=names & KERNEL_NAMES_TRAINING_MASK,
+        kernel_names_read=bool(names & KERNEL_NAMES_READ),
+        torch_kernels_seen=bool(names & KERNEL_NAMES_TORCH_SEEN),
     )
 
 
@@ -238,8 +259,8 @@ def _decode_device(data: bytes | memoryview, offset: int) -> DeviceRecord:
 # leaves them when it takes the slot (all zero but sm_util_percent, "unknown") or all zero,
 # and decode to one value each: they are compared (memcmp), not decoded.
 _UNUSED_RECORDS = {bytes(DEVICE_RECORD_BYTES): _decode_device(bytes(DEVICE_RECORD_BYTES), 0),
-                   DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0): _IDLE_DEVICE}
-assert _decode_device(DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0), 0) == _IDLE_DEVICE
+                   DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0, 0): _IDLE_DEVICE}
+assert _decode_device(DEVICE_STRUCT.pack(*[0] * 13, UNKNOWN_U32, 0, 0, 0), 0) == _IDLE_DEVICE
 
 
 def _device_at(data: bytes | memoryview, offset: int) -> DeviceRecord:
@@ -280,7 +301,7 @@ def _slot_seqs(data: bytes | memoryview) -> list[tuple[int, int]]:
 
 
 def decode_region(data: bytes | memoryview) -> Region:
-    """Decode a region snapshot. Raises :class:`RegionFormatError` on any other layout version."""
+    """Decode a region snapshot. Raises :class:`RegionFormatError` on a layout version it cannot read."""
     header = _decode_header(data)
     used = [i for i, (_, state) in enumerate(_slot_seqs(data)) if state]
     slots = tuple(s for i in used if (s := _decode_slot(data, i)) is not None)

@@ -18,7 +18,8 @@
  * share one GPU), FAKECUDA_CAPTURING (streams report a capture), FAKECUDA_VIRTUAL_TIME
  * (virtual time: fake_clock.c), FAKECUDA_BENCH (free launches, no counting),
  * FAKECUDA_CTX_BYTES (device memory a context takes, 0), FAKECUDA_LAZY_IMAGE_BYTES (taken
- * once, at the first kernel launch: a lazily loaded module image, 0). CUDA_MPS_* are only
+ * once, at the first kernel launch: a lazily loaded module image, 0), FAKECUDA_NO_FUNC_NAME
+ * (cuFuncGetName refuses: fake_objects.c). CUDA_MPS_* are only
  * noted, as the first cuInit and cuDriverGetVersion see them (MPS mode's tests).  Control
  * API: fakecuda_* (fake_control.h).
  */

@@ -85,6 +85,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int fl
 CUresult cuIpcCloseMemHandle(CUdeviceptr p);
 CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags);
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type);
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
+CUresult cuFuncGetName(const char **name, CUfunction f);
 CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
 CUresult cuGraphDestroy(CUgraph g);
 CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p);
@@ -120,7 +122,8 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
     E(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, 0), \
     E(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0), \
     E(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 10020, 0), \
-    E(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0),
+    E(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0), \
+    E(cuModuleGetFunction, cuModuleGetFunction, 2000, 0), E(cuFuncGetName, cuFuncGetName, 12040, 0),
 #define FAKE_GRAPH_ENTRIES \
     E(cuGraphCreate, cuGraphCreate, 10000, 0), E(cuGraphDestroy, cuGraphDestroy, 10000, 0), \
     E(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0), \

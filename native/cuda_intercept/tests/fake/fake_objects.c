@@ -9,6 +9,10 @@
  * channel) plus FAKECUDA_ARRAY_PAD_BYTES (the driver's tiling padding). An IPC handle or an
  * exported VMM handle, opened or imported (in this process or another), takes nothing: the
  * memory is its creator's.
+ * Functions (cuModuleGetFunction) are named handles: one per distinct name, whatever the
+ * module; cuFuncGetName answers their name, CUDA_ERROR_INVALID_HANDLE for any other
+ * pointer (the tests' made-up handles), CUDA_ERROR_NOT_SUPPORTED for all with
+ * FAKECUDA_NO_FUNC_NAME=1 (a driver that cannot say).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -261,4 +265,54 @@ int fake_import_release(CUmemGenericAllocationHandle h)
         }
     pthread_mutex_unlock(&obj_lock);
     return found;
+}
+
+/* ---- functions ------------------------------------------------------------ */
+
+#define FUNCTIONS_MAX 64
+struct CUfunc_st {
+    char name[256];
+};
+static struct CUfunc_st functions[FUNCTIONS_MAX];
+static int functions_used;
+
+F(cuModuleGetFunction, (CUfunction *f, CUmodule mod, const char *name))
+{
+    (void)mod;
+    count_call("cuModuleGetFunction");
+    if (f == NULL || name == NULL || strlen(name) >= sizeof functions[0].name)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&obj_lock);
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    for (int i = 0; i < FUNCTIONS_MAX; i++) {
+        if (i == functions_used) {
+            strcpy(functions[i].name, name);
+            functions_used++;
+        }
+        if (strcmp(functions[i].name, name) == 0) {
+            *f = &functions[i];
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&obj_lock);
+    return r;
+}
+
+F(cuFuncGetName, (const char **name, CUfunction f))
+{
+    count_call("cuFuncGetName");
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (env_u64("FAKECUDA_NO_FUNC_NAME", 0))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&obj_lock);
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    for (int i = 0; i < functions_used; i++)
+        if (f == &functions[i]) {
+            *name = functions[i].name;
+            r = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&obj_lock);
+    return r;
 }

@@ -22,6 +22,9 @@ from ..cuda_region import (
     DEVICE_STRUCT,
     HEADER_BYTES,
     HEADER_STRUCT,
+    KERNEL_NAMES_READ,
+    KERNEL_NAMES_TORCH_SEEN,
+    KERNEL_NAMES_TRAINING_MASK,
     LAYOUT_VERSION,
     LIMITS_SOURCES,
     MAGIC,
@@ -76,7 +79,12 @@ def encode_device(record: DeviceRecord) -> bytes:
     """The 128 bytes of one device record."""
     values = astuple(record)
     sm = UNKNOWN_U32 if values[13] is None else values[13]
-    return DEVICE_STRUCT.pack(*values[:13], sm, 0, record.footprint_bytes)
+    names = (
+        (KERNEL_NAMES_READ if record.kernel_names_read else 0)
+        | (KERNEL_NAMES_TORCH_SEEN if record.torch_kernels_seen else 0)
+        | (record.training_kernel_launches & KERNEL_NAMES_TRAINING_MASK)
+    )
+    return DEVICE_STRUCT.pack(*values[:13], sm, 0, record.footprint_bytes, names)
 
 
 class RegionWriter:
