@@ -20,7 +20,8 @@ from kb_datasets_support import SPEC, Datasets, conditions, pod_events, reading_
 from kubernetes.client.rest import ApiException
 
 from alnair.v1 import cache_pb2
-from alnair_common import Bus, subjects
+from alnair.v1 import workload_pb2 as wl
+from alnair_common import Bus, TypedKV, subjects
 from alnair_common.annotations import DATASET, SEED_CACHE_DATASET
 from alnair_common.dataset_refs import host_path_name
 from alnair_common.natsd import NatsServer
@@ -207,6 +208,30 @@ async def test_annotated_pods_get_their_hostpath_data_hydrated_and_bad_annotatio
     assert not [e for p in ("seed", "seed-2", "by-name") for e in pod_events(kube, p)
                 if e.reason.startswith("Dataset")]
     assert len([e for e in pod_events(kube, "bad-name") if e.reason.startswith("Dataset")]) == 1
+
+
+async def test_a_seed_form_pods_state_names_its_hostpath_data_sets(
+        datasets: Datasets, kube: KubeNamespace, kwok_nodes: KwokNodes, bridge_kubeconfig: Path,
+        start_bridge, tmp_path: Path) -> None:
+    """The state kube-bridge records for an Alnair pod in the seed's form names the data sets
+    its hostPath volumes are (with the ones its annotation names), so the cache hydrator,
+    which reads the states, keeps them from eviction while the pod lives."""
+    await start_bridge(bridge_kubeconfig)
+    [node] = kwok_nodes(1)
+    train, val = tmp_path / "train", tmp_path / "val"
+    pod = reading_pod("seed-gpu", node, {SEED_CACHE_DATASET: "yes", DATASET: "imagenet"},
+                      {"train": str(train), "val": str(val)})
+    pod["spec"]["schedulerName"] = "alnair-scheduler"  # an Alnair pod: its lifecycle is relayed
+    uid = kube.core.create_namespaced_pod(datasets.ns, pod).metadata.uid
+    states = await TypedKV.open(datasets.bus, "workload_states", wl.WorkloadEvent)
+
+    async def recorded() -> wl.WorkloadEvent | None:
+        return next((e for e in (await states.current()).values()
+                     if e.workload.ref.uid == uid and e.workload.phase == wl.WORKLOAD_PHASE_RUNNING), None)
+    state = await wait_for(recorded, timeout=20, what="the seed pod's running state recorded")
+    assert state.workload.annotations[DATASET] == ",".join(
+        ("imagenet", host_path_name(str(train)), host_path_name(str(val))))
+    assert SEED_CACHE_DATASET not in state.workload.annotations  # not one of Alnair's keys
 
 
 # Hydrating a takes 6 s: its reports come while the bridge is down.

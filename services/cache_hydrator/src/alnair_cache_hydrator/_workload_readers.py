@@ -4,10 +4,12 @@ A pod on Kubernetes reads the tier as its namespace's read-only user and writes 
 (``alnair_common.tier_readers``), so the hydrator learns what pods read from the platform
 instead: each workload's last state (kube-bridge's WorkloadEvent, its ``ai.centaurus.io/``
 annotations included) names its data sets in ``ai.centaurus.io/dataset``. A data set that a
-pending, bound or running workload names is not evicted. The seed's ``cacheDataset: "yes"``
-names no data set in the annotations (its names come from the pod's volumes), so on
-Kubernetes those are not shielded yet. A malformed annotation names nothing here (the
-admission webhook reports it on the pod).
+pending, bound or running workload names is not evicted. A pod in the seed's form
+(``cacheDataset: "yes"`` over hostPath volumes) names its data sets in its volumes; kube-bridge
+relays them in the same annotation (one per hostPath volume, named from the path, with the
+ones the pod's annotation names), so both forms are shielded alike. Only the pods kube-bridge
+relays are seen: Alnair's (its scheduler, an ``alnair/*`` request, a training job's worker).
+A malformed annotation names nothing here (the admission webhook reports it on the pod).
 """
 
 from __future__ import annotations

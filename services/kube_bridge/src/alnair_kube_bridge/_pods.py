@@ -4,6 +4,13 @@ Only this module knows the pod's shape. A bad GPU-assignment annotation or a res
 quantity that is not a whole number does not stop the event: the workload is published
 with what could be read and the problem in ``message`` (and logged), because dropping the
 event would leave every brain with a wrong picture of the cluster.
+
+The workload carries the pod's ``ai.centaurus.io/`` annotations, with one addition: a pod
+in the seed's form (``cacheDataset: "yes"`` over hostPath volumes) names its data sets in
+its volumes, not in an annotation, so its ``ai.centaurus.io/dataset`` is relayed as every
+data set it reads — those the annotation names and one per hostPath volume, named from the
+path as kube-bridge asks the hydrator for them (``alnair_common.dataset_refs``). Readers of
+the workload states (the cache hydrator's eviction) then see both forms alike.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from google.protobuf import json_format
 
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common.annotations import GPU_ASSIGNMENT
+from alnair_common.annotations import DATASET, GPU_ASSIGNMENT, SEED_CACHE_DATASET
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
+from alnair_common.dataset_refs import DatasetRefError, pod_datasets, pod_host_paths
 from alnair_lifecycle import JOB_LABEL
 
 VGPU_MEMORY = "alnair/vgpu-memory"
@@ -61,6 +69,9 @@ def pod_workload(pod: Obj, *, deleted: bool = False) -> wl.Workload:
     for key, value in annotations.items():
         if key.startswith(ANNOTATION_PREFIX):
             workload.annotations[key] = value
+    read = _datasets_read(annotations, spec)
+    if read:
+        workload.annotations[DATASET] = read
     workload.labels.update(meta.get("labels") or {})
     if GPU_ASSIGNMENT in annotations:
         try:
@@ -97,6 +108,19 @@ def pod_phase(pod: Obj, *, deleted: bool = False) -> int:
 
 def _containers(spec: Obj) -> list[Obj]:
     return list(spec.get("containers") or [])
+
+
+def _datasets_read(annotations: dict[str, str], spec: Obj) -> str | None:
+    """A seed-form pod's data sets by name, with those its annotation names ("a,b"); None
+    for another pod, or a seed form that names nothing readable (the pod gets an Event for
+    it from ``_dataset_pods``; its own ``ai.centaurus.io/dataset`` is relayed as it is)."""
+    if SEED_CACHE_DATASET not in annotations:
+        return None
+    try:
+        refs = pod_datasets(annotations, pod_host_paths(spec))
+    except DatasetRefError:
+        return None
+    return ",".join(ref.name for ref in refs) or None
 
 
 def _total(spec: Obj, resource: str, problems: list[str]) -> int:
