@@ -219,6 +219,9 @@ class CudaSample(_message.Message):
     LAUNCH_PERIOD_REPEATS_FIELD_NUMBER: _builtins.int
     PROCESSES_FIELD_NUMBER: _builtins.int
     SM_UTILIZATION_RATIO_FIELD_NUMBER: _builtins.int
+    TRAINING_KERNEL_LAUNCHES_TOTAL_FIELD_NUMBER: _builtins.int
+    KERNEL_NAMES_READ_FIELD_NUMBER: _builtins.int
+    TORCH_KERNELS_SEEN_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_uuid: _builtins.str
     kernel_launches_total: _builtins.int
@@ -242,6 +245,15 @@ class CudaSample(_message.Message):
     """SM utilisation of the workload as the interceptor last measured it (NVML, for its
     compute-limit controller), 0..1; unset when it has not measured any.
     """
+    training_kernel_launches_total: _builtins.int
+    """Launches of kernels whose names mark training (`backward`: autograd, `multi_tensor_apply`:
+    PyTorch's fused optimizer), read by the interceptor through cuFuncGetName (CUDA >= 12.4);
+    meaningful only when kernel_names_read.
+    """
+    kernel_names_read: _builtins.bool
+    """The interceptor could read kernel names (false: a driver without names, an older library)."""
+    torch_kernels_seen: _builtins.bool
+    """A PyTorch (at::native) kernel ran: with no training-named launch among many, not training."""
     @_builtins.property
     def workload(self) -> _common_pb2.WorkloadRef: ...
     @_builtins.property
@@ -266,10 +278,13 @@ class CudaSample(_message.Message):
         launch_period_repeats: _builtins.int = ...,
         processes: _builtins.int = ...,
         sm_utilization_ratio: _builtins.float | None = ...,
+        training_kernel_launches_total: _builtins.int = ...,
+        kernel_names_read: _builtins.bool = ...,
+        torch_kernels_seen: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio", "sampled_at", b"sampled_at", "sm_utilization_ratio", b"sm_utilization_ratio", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio", "compute_limit_percent", b"compute_limit_percent", "gpu_uuid", b"gpu_uuid", "kernel_launches_total", b"kernel_launches_total", "launch_period_repeats", b"launch_period_repeats", "launch_period_seconds", b"launch_period_seconds", "memcpy_dtod_bytes_total", b"memcpy_dtod_bytes_total", "memcpy_dtoh_bytes_total", b"memcpy_dtoh_bytes_total", "memcpy_htod_bytes_total", b"memcpy_htod_bytes_total", "memory_limit_bytes", b"memory_limit_bytes", "memory_used_bytes", b"memory_used_bytes", "node", b"node", "processes", b"processes", "sampled_at", b"sampled_at", "sm_utilization_ratio", b"sm_utilization_ratio", "throttled_seconds_total", b"throttled_seconds_total", "tokens_available", b"tokens_available", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio", "compute_limit_percent", b"compute_limit_percent", "gpu_uuid", b"gpu_uuid", "kernel_launches_total", b"kernel_launches_total", "kernel_names_read", b"kernel_names_read", "launch_period_repeats", b"launch_period_repeats", "launch_period_seconds", b"launch_period_seconds", "memcpy_dtod_bytes_total", b"memcpy_dtod_bytes_total", "memcpy_dtoh_bytes_total", b"memcpy_dtoh_bytes_total", "memcpy_htod_bytes_total", b"memcpy_htod_bytes_total", "memory_limit_bytes", b"memory_limit_bytes", "memory_used_bytes", b"memory_used_bytes", "node", b"node", "processes", b"processes", "sampled_at", b"sampled_at", "sm_utilization_ratio", b"sm_utilization_ratio", "throttled_seconds_total", b"throttled_seconds_total", "tokens_available", b"tokens_available", "torch_kernels_seen", b"torch_kernels_seen", "training_kernel_launches_total", b"training_kernel_launches_total", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__sm_utilization_ratio: _TypeAlias = _typing.Literal["sm_utilization_ratio"]  # noqa: Y015
     _WhichOneofArgType__sm_utilization_ratio: _TypeAlias = _typing.Literal["_sm_utilization_ratio", b"_sm_utilization_ratio"]  # noqa: Y015

@@ -36,8 +36,11 @@ async def test_c_written_regions_become_cuda_samples_with_pod_labels(native, nat
     shutil.copy(native.workspace("release", "region_fixture") / "cuda.region", cfg.workspaces / "some-dir")
     (cfg.workspaces / "uid-fork").mkdir()
     shutil.copy(native.workspace("release", "threads_and_fork") / "cuda.region", cfg.workspaces / "uid-fork")
+    (cfg.workspaces / "uid-names").mkdir()
+    shutil.copy(native.workspace("release", "kernel_names") / "cuda.region", cfg.workspaces / "uid-names")
     await publish_workload(bus, "uid-fix", "ns", "fixture")
     await publish_workload(bus, "uid-fork", "forker", "ml")
+    await publish_workload(bus, "uid-names", "trainer", "ml")
     samples: dict[str, metrics_pb2.CudaSample] = {}
 
     async def keep(_: str, sample: metrics_pb2.CudaSample) -> None:
@@ -45,7 +48,7 @@ async def test_c_written_regions_become_cuda_samples_with_pod_labels(native, nat
 
     await bus.subscribe("alnair.metrics.cuda.gpu-node-1.*", metrics_pb2.CudaSample, keep)
     async with running_exporter(cfg, gpu=None, resolver=None) as exporter:
-        await wait_for(lambda: _has(samples, {"uid-fix", "uid-fork"}), what="CUDA samples of both workloads")
+        await wait_for(lambda: _has(samples, {"uid-fix", "uid-fork", "uid-names"}), what="CUDA samples of all three")
         fix = samples["uid-fix"]
         assert (fix.workload.name, fix.workload.namespace) == ("ns", "fixture")
         assert fix.kernel_launches_total == 1000 + 10  # kernels + graph launches the C workload made
@@ -53,11 +56,18 @@ async def test_c_written_regions_become_cuda_samples_with_pod_labels(native, nat
         assert fix.memcpy_dtoh_bytes_total == 2 * 512 * 1024 and fix.memcpy_dtod_bytes_total == 4096
         assert fix.memory_limit_bytes == 1 << 30 and fix.memory_used_bytes == 0 and fix.processes == 0
         assert samples["uid-fork"].kernel_launches_total == 64 * 200 + 5 * 10  # parent threads + 5 children
+        # the C workload's kernels: 300 backward + 50 multi_tensor_apply of 1150, a forked child's 100 custom
+        names = samples["uid-names"]
+        assert (names.kernel_launches_total, names.training_kernel_launches_total) == (1150 + 10 + 100, 350)
+        assert names.kernel_names_read and names.torch_kernels_seen
+        assert not fix.kernel_names_read and fix.training_kernel_launches_total == 0  # made-up handles: no names
 
         labels = '{gpu_uuid="",namespace="fixture",node="gpu-node-1",pod_name="ns"}'
         text = await scrape(exporter)  # within the grace period of these exited workloads
         assert series(text, "alnair_cuda_kernel_launches_total")[labels] == 1010
         assert series(text, "alnair_cuda_memory_limit_bytes")[labels] == 1 << 30
+        training = series(text, "alnair_cuda_training_kernel_launches_total")
+        assert training == {'{gpu_uuid="",namespace="ml",node="gpu-node-1",pod_name="trainer"}': 350}
         # every process of both has exited: the series go once the grace period is over
         await wait_for(lambda: _gone(exporter), timeout=30, what="exited workloads' series gone")
 

@@ -28,9 +28,10 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
     region.write_slot(0, pid=10, devices={0: DeviceRecord(
         memory_used_bytes=3 * GiB, kernel_launches=5000, graph_launches=7, memcpy_htod_bytes=1000,
         memcpy_dtoh_bytes=2000, memcpy_dtod_bytes=3000, throttled_ns=1_500_000_000, tokens_available=-4,
-        sm_util_percent=27)},
+        sm_util_percent=27, training_kernel_launches=4000, kernel_names_read=True, torch_kernels_seen=True)},
         iteration_period_launches=73, iteration_period_ns=250_000_000, iterations=12)
-    region.write_slot(1, pid=11, state="exited", devices={0: DeviceRecord(kernel_launches=100)})
+    region.write_slot(1, pid=11, state="exited", devices={0: DeviceRecord(
+        kernel_launches=100, training_kernel_launches=60, kernel_names_read=True)})
     cuda: list[tuple[str, metrics_pb2.CudaSample]] = []
 
     async def keep(subject: str, sample: metrics_pb2.CudaSample) -> None:
@@ -51,6 +52,8 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
         assert sample.throttled_seconds_total == 1.5 and sample.processes == 1
         assert sample.launch_period_seconds == 0.25 and sample.launch_period_repeats == 12
         assert sample.HasField("sm_utilization_ratio") and sample.sm_utilization_ratio == 0.27
+        assert sample.training_kernel_launches_total == 4000 + 60  # summed like the launches
+        assert sample.kernel_names_read and sample.torch_kernels_seen
 
         text = await scrape(exporter)
         labels = f'{{gpu_uuid="{ASSIGNED}",namespace="team",node="gpu-node-1",pod_name="train-a"}}'
@@ -61,6 +64,7 @@ async def test_region_counters_reach_the_bus_and_the_exposition_with_the_pod_lab
         assert series(text, "alnair_cuda_available_tokens") == {labels: -4}
         assert series(text, "alnair_cuda_throttled_seconds_total") == {labels: 1.5}
         assert series(text, "alnair_cuda_sm_utilization_ratio") == {labels: 0.27}
+        assert series(text, "alnair_cuda_training_kernel_launches_total") == {labels: 4060}
         assert len(series(text, "alnair_cuda_memcpy_bytes_total")) == 3
         assert promtool(text) == []
 

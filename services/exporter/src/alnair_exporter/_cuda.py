@@ -4,7 +4,8 @@ Each workload's processes share one region file (``<workspaces>/<uid>/cuda.regio
 :class:`RegionReading` (from :mod:`._region_scanner`) becomes one :class:`CudaUsage` per GPU
 the workload used. Counters (launches, copy bytes, throttled time) include exited processes
 so that a process ending never makes a counter go backwards; memory in use and the process
-count cover live processes only.
+count cover live processes only. The kernel-name flags are any process's (names read, a PyTorch
+kernel seen), over exited processes too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class CudaUsage:
     launch_period_repeats: int
     processes: int
     sm_utilization_ratio: float | None = None  # the interceptor's last NVML measurement
+    # what the kernels' names say (region layout 4; all zero/False from a layout-3 region)
+    training_kernel_launches_total: int = 0
+    kernel_names_read: bool = False
+    torch_kernels_seen: bool = False
 
     def to_proto(self, node: str, sampled_at: float) -> metrics_pb2.CudaSample:
         ts = Timestamp()
@@ -56,6 +61,8 @@ class CudaUsage:
             throttled_seconds_total=self.throttled_seconds_total,
             launch_period_seconds=self.launch_period_seconds, launch_period_repeats=self.launch_period_repeats,
             processes=self.processes, sm_utilization_ratio=self.sm_utilization_ratio,
+            training_kernel_launches_total=self.training_kernel_launches_total,
+            kernel_names_read=self.kernel_names_read, torch_kernels_seen=self.torch_kernels_seen,
         )
 
 
@@ -98,6 +105,9 @@ class RegionReading:
                 processes=sum(1 for s in live if not s.devices[d].idle),
                 sm_utilization_ratio=max(measured) / 100.0 if (measured := [
                     r.sm_util_percent for r in live_recs if r.sm_util_percent is not None]) else None,
+                training_kernel_launches_total=sum(r.training_kernel_launches for r in recs),
+                kernel_names_read=any(r.kernel_names_read for r in recs),
+                torch_kernels_seen=any(r.torch_kernels_seen for r in recs),
             ))
         return out
 

@@ -4,7 +4,8 @@ Seed names of the original exporter map to compliant ones: ``alnair_cuda_launch_
 → ``alnair_cuda_kernel_launches_total`` (a counter needs ``_total``), ``alnair_cuda_mem_used``
 → ``alnair_cuda_memory_used_bytes`` (base unit), ``alnair_cuda_available_token`` →
 ``alnair_cuda_available_tokens``. ``alnair_cuda_memory_limit_bytes`` is absent for a pod
-without a memory limit, so ``used / limit`` only exists where a limit does.
+without a memory limit, so ``used / limit`` only exists where a limit does;
+``alnair_cuda_training_kernel_launches_total`` likewise only where kernel names were read.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class CudaCollector(ViewCollector):
         procs = gauge("alnair_cuda_processes", "Live processes of the pod using this GPU.", POD_GPU_LABELS)
         sm = gauge("alnair_cuda_sm_utilization_ratio", "The pod's SM utilisation as its interceptor last "
                    "measured it (for the compute limit), 0..1.", POD_GPU_LABELS)
+        training = counter("alnair_cuda_training_kernel_launches", "Launches of the pod's kernels named like "
+                           "training (backward, multi_tensor_apply); absent where the interceptor read no kernel "
+                           "names.", POD_GPU_LABELS)
         for series in view.series:
             for c in series.cuda:
                 values = [*pod_labels(series.workload, view.node), c.gpu_uuid]
@@ -51,4 +55,6 @@ class CudaCollector(ViewCollector):
                 add(procs, labels, float(c.processes))
                 if c.sm_utilization_ratio is not None:
                     add(sm, labels, c.sm_utilization_ratio)
-        return [launches, used, limit, compute, tokens, copies, throttled, period, procs, sm]
+                if c.kernel_names_read:
+                    add(training, labels, float(c.training_kernel_launches_total))
+        return [launches, used, limit, compute, tokens, copies, throttled, period, procs, sm, training]
