@@ -81,10 +81,10 @@ PUBLIC: dict[str, list[str]] = {
         "WorkloadSeries", "WorkloadUpdate", "WorkspacePidResolver"
     ],
     "alnair_profiler": [
-        "ANNOTATION_PREFIX", "LaunchReport", "OwnerProfile", "PeakPrediction", "ProfileStore",
+        "ANNOTATION_PREFIX", "KernelNameReport", "LaunchReport", "OwnerProfile", "PeakPrediction", "ProfileStore",
         "ProfilerError", "ProfilerService", "ProfilerSettings", "SERIES", "SeriesSummary",
         "StoreUnavailableError", "TrainingDetection", "WorkloadProfile", "detect",
-        "detect_from_launches", "detect_from_utilisation", "open_store", "predict_peak"
+        "detect_from_kernel_names", "detect_from_launches", "detect_from_utilisation", "open_store", "predict_peak"
     ],
     "alnair_scheduler": [
         "POD_GROUP_LABEL", "PROFILE_ANNOTATION", "Profile", "SCHEDULER_NAME", "SchedulerService",

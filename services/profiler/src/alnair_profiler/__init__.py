@@ -5,7 +5,15 @@ analysis functions the evaluation and the tests use, and :class:`ProfilerError`,
 the profiler's errors.
 """
 
-from ._detection import LaunchReport, TrainingDetection, detect, detect_from_launches, detect_from_utilisation
+from ._detection import (
+    KernelNameReport,
+    LaunchReport,
+    TrainingDetection,
+    detect,
+    detect_from_kernel_names,
+    detect_from_launches,
+    detect_from_utilisation,
+)
 from ._errors import ProfilerError
 from ._peak_memory import PeakPrediction, predict_peak
 from ._profile import ANNOTATION_PREFIX, SERIES, OwnerProfile, WorkloadProfile
@@ -17,6 +25,7 @@ from ._store import ProfileStore, StoreUnavailableError, open_store
 __all__ = [
     "ANNOTATION_PREFIX",
     "SERIES",
+    "KernelNameReport",
     "LaunchReport",
     "OwnerProfile",
     "PeakPrediction",
@@ -29,6 +38,7 @@ __all__ = [
     "TrainingDetection",
     "WorkloadProfile",
     "detect",
+    "detect_from_kernel_names",
     "detect_from_launches",
     "detect_from_utilisation",
     "open_store",

@@ -1,4 +1,5 @@
-"""The running state of one workload: its series, launch reports and copy counters.
+"""The running state of one workload: its series, launch reports, copy counters and the
+latest kernel-name totals per GPU.
 
 It can be written out whole (:meth:`WorkloadState.to_doc`) and read back, which is how a
 profiler restarted in the middle of a workload continues where it stopped instead of
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._detection import LaunchReport, detect
+from ._detection import KernelNameReport, LaunchReport, detect
 from ._domain import COPY_DIRECTIONS, CopyCounter, LaunchPoint, Point, WorkloadInfo
 from ._peak_memory import predict_peak
 from ._profile import SERIES, WorkloadProfile
@@ -25,12 +26,18 @@ class WorkloadState:
     series: dict[str, Series] = field(default_factory=dict)
     launches: list[LaunchReport] = field(default_factory=list)
     last_copy: dict[str, tuple[float, int]] = field(default_factory=dict)  # direction → (t, bytes)
+    kernel_names: dict[str, KernelNameReport] = field(default_factory=dict)  # gpu uuid → latest totals
     first_seen: float = 0.0
     dirty: bool = False
 
-    def add(self, item: Point | LaunchPoint | CopyCounter) -> None:
+    def add(self, item: Point | LaunchPoint | CopyCounter | KernelNameReport) -> None:
         self.dirty = True
-        if isinstance(item, Point):
+        if isinstance(item, KernelNameReport):
+            # totals: the newest reading per GPU is all there is to keep
+            known = self.kernel_names.get(item.gpu_uuid)
+            if known is None or item.t >= known.t:
+                self.kernel_names[item.gpu_uuid] = item
+        elif isinstance(item, Point):
             self.series.setdefault(item.metric, Series()).add(item.t, item.value)
         elif isinstance(item, LaunchPoint):
             self.launches.append(LaunchReport(item.t, item.period_seconds, item.repeats))
@@ -64,7 +71,8 @@ class WorkloadState:
         peak = predict_peak(mt, mv, ut, uv)
         return WorkloadProfile(
             info=info, summaries=summaries,
-            training=detect(sorted(self.launches, key=lambda r: r.t), ut, uv),
+            training=detect(sorted(self.launches, key=lambda r: r.t), ut, uv,
+                            kernel_names=list(self.kernel_names.values())),
             predicted_peak_gpu_memory_bytes=peak.predicted_bytes if peak else 0)
 
     def to_doc(self) -> dict[str, object]:
@@ -74,6 +82,8 @@ class WorkloadState:
             "series": {k: s.to_doc() for k, s in self.series.items()},
             "launches": [[r.t, r.period_seconds, r.repeats] for r in self.launches],
             "last_copy": {k: list(v) for k, v in self.last_copy.items()},
+            "kernel_names": [[r.gpu_uuid, r.t, r.kernel_launches, r.training_launches, r.names_read, r.torch_seen]
+                             for r in self.kernel_names.values()],
             "first_seen": self.first_seen,
         }
 
@@ -88,4 +98,7 @@ class WorkloadState:
             series={k: Series.from_doc(v) for k, v in (d.get("series") or {}).items()},
             launches=[LaunchReport(float(t), float(p), int(r)) for t, p, r in d.get("launches", [])],
             last_copy=last_copy,
+            # a checkpoint from before kernel names were kept has none: the next sample brings them
+            kernel_names={str(g): KernelNameReport(d["uid"], float(t), str(g), int(n), int(k), bool(r), bool(p))
+                          for g, t, n, k, r, p in d.get("kernel_names") or []},
             first_seen=float(d.get("first_seen", 0.0)))
