@@ -69,11 +69,42 @@ def test_the_overlay_points_the_hydrator_and_the_pods_at_the_proxy_of_the_pinned
     assert props["alluxio.worker.tieredstore.level0.dirs.path"] in mounts
 
 
+def test_alluxio_takes_connections_from_alnair_and_its_proxy_port_from_labelled_namespaces_only():
+    """The proxy authenticates no one and writes as well as reads: master, workers and proxies
+    are Alnair's own; the REST port is opened to the namespaces labelled as cache clients."""
+    docs = rendered()
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in docs
+            if d["kind"] in ("StatefulSet", "DaemonSet") and "alluxio" in d["metadata"]["name"]}
+    assert set(pods) == {"alnair-alluxio-master", "alnair-alluxio-worker"}
+
+    def selects(policy: dict, labels: dict) -> bool:
+        sel = policy["spec"]["podSelector"]
+        return (sel.get("matchLabels", {}).items() <= labels.items()
+                and all(labels.get(e["key"]) in e["values"] for e in sel.get("matchExpressions", [])))
+
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy" and "alluxio" in d["metadata"]["name"]]
+    for name, labels in pods.items():
+        ingress = [rule for p in policies if selects(p, labels) for rule in p["spec"]["ingress"]]
+        assert ingress, f"{name}: no NetworkPolicy selects it, so every pod of the cluster reaches it"
+        for rule in ingress:
+            (peer,) = rule["from"]
+            if "namespaceSelector" in peer:  # another namespace: only labelled ones, only the REST port
+                assert peer["namespaceSelector"] == {
+                    "matchLabels": {"alnair.centaurus.io/cache-tier-clients": "true"}}, rule
+                assert rule["ports"] == [{"protocol": "TCP", "port": 39999}], rule
+                assert name == "alnair-alluxio-worker"  # the proxy runs in the worker's pod
+            else:  # the policy's own namespace: Alnair's pods only
+                assert peer == {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "alnair"}}}, rule
+    proxy = [c for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "alnair-alluxio-worker"
+             for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "proxy"]
+    assert [p["containerPort"] for c in proxy for p in c["ports"] if p["name"] == "rest"] == [39999]
+
+
 def test_the_apiserver_accepts_the_alluxio_objects(kube: KubeNamespace):
     ours = [d for d in rendered() if "alluxio" in d["metadata"]["name"]
             or d["metadata"]["name"] == "alnair-cache-hydrator" and d["kind"] == "Deployment"]
     assert {d["kind"] for d in ours} == {"ServiceAccount", "Service", "ConfigMap", "StatefulSet",
-                                        "DaemonSet", "Deployment"}
+                                        "DaemonSet", "Deployment", "NetworkPolicy"}
     moved = []
     for doc in copy.deepcopy(ours):
         doc["metadata"]["namespace"] = kube.namespace  # the plane is shared between tests
