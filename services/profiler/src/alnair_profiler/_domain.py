@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from alnair.v1 import common_pb2, metrics_pb2, workload_pb2
 from alnair_common import PermanentError
 
+from ._detection import KernelNameReport
 from ._errors import ProfilerError
 
 TERMINAL = frozenset({workload_pb2.WORKLOAD_PHASE_SUCCEEDED, workload_pb2.WORKLOAD_PHASE_FAILED,
@@ -231,7 +232,9 @@ def points_from_batch(batch: metrics_pb2.NodeSampleBatch) -> Iterator[Point | Re
             yield bad if bad is not None else Point(uid, metric, t, value)  # type: ignore[misc]
 
 
-def point_from_cuda(sample: metrics_pb2.CudaSample) -> Iterator[Point | Rejected | LaunchPoint | CopyCounter]:
+def point_from_cuda(
+    sample: metrics_pb2.CudaSample,
+) -> Iterator[Point | Rejected | LaunchPoint | CopyCounter | KernelNameReport]:
     uid = sample.workload.uid
     if not uid:
         return
@@ -245,3 +248,6 @@ def point_from_cuda(sample: metrics_pb2.CudaSample) -> Iterator[Point | Rejected
         yield bad
     elif period > 0:
         yield LaunchPoint(uid, t, period, sample.launch_period_repeats)
+    if sample.kernel_names_read:  # without names the counts mean nothing
+        yield KernelNameReport(uid, t, sample.gpu_uuid, sample.kernel_launches_total,
+                               sample.training_kernel_launches_total, True, sample.torch_kernels_seen)
