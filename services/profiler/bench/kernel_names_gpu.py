@@ -11,7 +11,9 @@ counts do not depend on a neighbour, unlike NVML's utilisation.
 
     python services/profiler/bench/kernel_names_gpu.py OUT_DIR [--seconds 6] [--parallel 4]
 
-Writes OUT_DIR/kernel_names_gpu.json and prints a markdown table.
+Writes OUT_DIR/kernel_names_gpu.json and prints a markdown table. ``--seconds`` counts from each
+workload's start for the ``corpus_workloads.py`` families (model set-up and CUDA's start
+included: give them 15 s), from the first step for the others.
 """
 
 from __future__ import annotations
@@ -92,13 +94,16 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--families", default="", help="comma-separated: only these (default: every family)")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     from detect_corpus import _entries  # noqa: PLC0415
 
     first: dict[str, object] = {}
+    wanted = {f for f in a.families.split(",") if f}
     for e in _entries():
-        first.setdefault(e.family, e)
+        if not wanted or e.family in wanted:
+            first.setdefault(e.family, e)
     with ThreadPoolExecutor(a.parallel) as pool:
         rows = list(pool.map(lambda e: run_one(e, a.seconds), first.values()))
     (a.out / "kernel_names_gpu.json").write_text(json.dumps(rows, indent=2))
