@@ -1,7 +1,7 @@
 /*
  * ci_kernel_names.c — what the names of the launched kernels say about the workload.
  *
- * On the H200 detection corpus (docs/benchmarks.md, "What would tell them apart: kernel
+ * On the H200 detection corpus (docs/benchmarks.md, "What tells them apart: kernel
  * names") every PyTorch training family launched kernels whose names contain `backward`
  * (autograd) or `multi_tensor_apply` (the fused optimizer step), and no inference family
  * launched either; NVML and the launch signature both call steady batched inference

@@ -8,7 +8,7 @@ Three kinds of evidence, in order of trust:
   ``*multi_tensor_apply*`` (PyTorch's fused optimizer step). On the H200 corpus of 20
   families every PyTorch training family launched them and no inference family did, steady
   batched inference included, which the two kinds below both call training
-  (docs/benchmarks.md, "What would tell them apart: kernel names"). A PyTorch workload that
+  (docs/benchmarks.md, "What tells them apart: kernel names"). A PyTorch workload that
   launched many kernels and none of those is therefore not training; a workload without
   PyTorch kernels (or without names: an old driver) is left to the others.
 * **The interceptor's launch signature** (``CudaSample.launch_period_seconds`` / ``_repeats``):
