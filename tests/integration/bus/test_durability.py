@@ -119,7 +119,7 @@ async def test_failures_are_retried_or_terminated_never_lost(bus: Bus) -> None:
         if ev.sequence == 1 and attempts[1] < 3:
             raise TemporaryError("scheduler state not loaded yet", retry_after=0.05)
         if ev.sequence == 2:
-            raise PermanentError("workload asks for 250 % compute on one card")
+            raise PermanentError("workload asks for 250 % compute on one card", obj="team-a/w2")
         done.append(ev.sequence)
 
     await bus.nc.publish(subjects.workload_events(), b"\xff\xfe not protobuf")
@@ -133,6 +133,7 @@ async def test_failures_are_retried_or_terminated_never_lost(bus: Bus) -> None:
     assert attempts == Counter({1: 3, 2: 1, 3: 1})
     assert sorted(e.code for e in errors) == ["invalid-request", "malformed-message"]
     assert any("250 %" in e.message for e in errors)
+    assert {e.code: e.object for e in errors} == {"invalid-request": "team-a/w2", "malformed-message": ""}
 
 
 async def test_concurrent_consumer_runs_up_to_its_limit_and_settles_everything_once(

@@ -122,6 +122,7 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     await command(bus, scale=7)
     err = await wait_for(lambda: _first(seen.errors), what="an error event for the refused scale")
     assert "2..3 workers" in err.message and err.permanent
+    assert err.object == "default/resnet", "the refusal names its job's namespace (kube-bridge relays by it)"
 
     await command(bus, delete=True)
     s = await seen.phase(job_pb2.JOB_PHASE_DELETING, "StoppingWorkers")

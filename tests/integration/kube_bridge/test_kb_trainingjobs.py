@@ -282,13 +282,22 @@ async def test_a_refusal_by_the_controller_is_written_on_the_status(
     await jobs.wait_status("resnet", submitted, "submitted")
     now = Timestamp()
     now.GetCurrentTime()
+    later = Timestamp(seconds=now.seconds + 2)
+    # First the refusal of another namespace's job of the name: not this object's (if it were
+    # written, the Failed condition would keep its time, the earlier one, through the next).
+    await jobs.bus.publish(subjects.error("elastic-job"), platform_pb2.ErrorEvent(
+        service="elastic-job", code="invalid-request", message="spec.minReplicas: must be >= 1",
+        subject=subjects.job_command("resnet"), object="elsewhere/resnet", observed_at=now, permanent=True))
     refusal = "metadata.name: job x/resnet exists and is Running; delete it first or choose another name"
     await jobs.bus.publish(subjects.error("elastic-job"), platform_pb2.ErrorEvent(
         service="elastic-job", code="invalid-request", message=refusal,
-        subject=subjects.job_command("resnet"), observed_at=now, permanent=True))
+        subject=subjects.job_command("resnet"), object=f"{jobs.ns}/resnet", observed_at=later, permanent=True))
     refused = await jobs.wait_status("resnet", lambda s: s.get("reason") == "SubmitRefused", "refused")
     assert (refused["status"]["phase"], refused["status"]["message"]) == ("Failed", refusal)
     assert conditions(refused["status"])["Failed"] == ("True", "SubmitRefused")
+    [failed] = [c for c in refused["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["lastTransitionTime"] == later.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ"), \
+        "the other namespace's refusal was written on this object first"
     # Deleting it deletes nobody's job (the name is another job's) and does not wait.
     jobs.delete("resnet")
     await jobs.wait_gone("resnet")

@@ -13,7 +13,18 @@ class AlnairError(Exception):
 
 
 class PermanentError(AlnairError):
-    """Retrying cannot help: the input is wrong or the request is impossible."""
+    """Retrying cannot help: the input is wrong or the request is impossible.
+
+    ``obj``: the object concerned (``namespace/name``, or a uid) where the raiser knows it; a
+    durable consumer that terminates the message puts it in the ErrorEvent's ``object``, so
+    whoever relays the refusal can tell which object it is about."""
+
+    obj: str = ""
+
+    def __init__(self, *args: object, obj: str = "") -> None:
+        super().__init__(*args)
+        if obj:
+            self.obj = obj
 
 
 class TemporaryError(AlnairError):

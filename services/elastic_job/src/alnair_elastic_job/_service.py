@@ -194,7 +194,7 @@ class ElasticJobService(Service):
         namespace, name, action = command_from_proto(cmd)
         if subjects.name_of(subject.split(".")[-1]) != name:
             raise PermanentError(f"command for job {name!r} arrived on {subject!r}; publish it on "
-                                 f"{subjects.job_command(name)}")
+                                 f"{subjects.job_command(name)}", obj=f"{namespace}/{name}")
         async with self._lock:
             now = self.clock()
             try:
@@ -204,6 +204,7 @@ class ElasticJobService(Service):
                     changed = self.controller.apply(job_key(namespace, name), action, now)
             except ElasticJobError as e:
                 self.log.info("job command refused", job=f"{namespace}/{name}", error=str(e))
+                e.obj = f"{namespace}/{name}"  # the refusal's ErrorEvent names the job's namespace
                 raise
             await self._publish(changed)
             if isinstance(action, DeleteCommand) and job_key(namespace, name) not in self.controller.jobs:

@@ -19,8 +19,9 @@ a state older than the one written (``stateGeneration``) is dropped, as are stat
 job of the name (another spec, or observed before the object existed). Refusals come back
 as the controller's error events on the job's command subject: an object of that name that
 has heard no state of its job yet gets ``phase: Failed``, reason ``SubmitRefused`` and the
-controller's message (the event names the job but not its namespace: each namespace's
-object of that name that waits for its first state gets it).
+controller's message — only in the namespace the event's ``object`` names
+(``namespace/name``); an event without one (an older controller) reaches each namespace's
+object of that name that waits for its first state.
 """
 
 from __future__ import annotations
@@ -147,8 +148,11 @@ class TrainingJobs:
 
     def _relay_refusal(self, name: str, event: platform_pb2.ErrorEvent) -> None:
         when = st.stamp(event.observed_at) or self.clock()
+        namespace, slash, _ = event.object.partition("/")
         for obj in self.objects.named(name):
             meta, status = obj["metadata"], obj.get("status") or {}
+            if slash and meta["namespace"] != namespace:
+                continue  # the refusal of another namespace's job of the name
             created = st.parse_time(meta.get("creationTimestamp"))
             if (FINALIZER not in (meta.get("finalizers") or []) or meta.get("deletionTimestamp")
                     or status.get("stateGeneration") or (created and when < created - CLOCK_SKEW)

@@ -240,7 +240,7 @@ class DurableConsumer:
             await self.handler(msg.subject, decoded)
         except PermanentError as e:
             _metrics.counter(_metrics.HANDLER_ERRORS, service, pattern, "term").inc()
-            await self._terminate(msg, "invalid-request", str(e))
+            await self._terminate(msg, "invalid-request", str(e), obj=e.obj)
             return
         except TemporaryError as e:
             _metrics.counter(_metrics.HANDLER_ERRORS, service, pattern, "retry").inc()
@@ -272,7 +272,7 @@ class DurableConsumer:
         with contextlib.suppress(nats.errors.Error):
             await msg.nak(delay=delay)
 
-    async def _terminate(self, msg: Msg, code: str, reason: str) -> None:
+    async def _terminate(self, msg: Msg, code: str, reason: str, *, obj: str = "") -> None:
         sequence = msg.metadata.sequence.stream
         replayed = sequence <= self._judged_before
         (log.debug if replayed else log.warning)(
@@ -282,7 +282,7 @@ class DurableConsumer:
         self._settled(sequence)
         if replayed:
             return
-        await publish_error(self.bus, code=code, message=reason, subject=msg.subject,
+        await publish_error(self.bus, code=code, message=reason, subject=msg.subject, obj=obj,
                             permanent=True)
 
 
