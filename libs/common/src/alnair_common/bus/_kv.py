@@ -75,7 +75,14 @@ class TypedKV(Generic[M]):
     async def watch(self, keys: str = ">") -> KVWatch[M]:
         """Follow the keys matching ``keys``: every current value, then each put and delete."""
         watcher = await self._kv.watch(keys)
-        return KVWatch(watcher, self.bucket, self.message_type, self.service)
+        target = 0
+        if keys == ">":
+            # The newest revision the bucket holds now: the watch has caught up only once it
+            # has taken it too (nats-py's end-of-values marker alone can come first, see KVWatch).
+            with _reachable(self.bucket, "stream info"):
+                state = (await self._js.stream_info(f"KV_{self.bucket}")).state
+            target = state.last_seq if state.messages else 0
+        return KVWatch(watcher, self.bucket, self.message_type, self.service, target=target)
 
     async def current(self, timeout: float = 60.0) -> dict[str, M]:
         """Every current value in one pass — a watch stopped once it has caught up — instead

@@ -4,7 +4,11 @@ A service that keeps a copy of shared state (the scheduler's node inventories) r
 bucket holds now and then each put and delete as it happens, from one ordered watch, so no
 change between "read all" and "start watching" can be missed. The client marks the end of the
 current values; :meth:`KVWatch.caught_up` turns that marker into a signal: the iteration has
-taken every current value (and so has handled them: it asked for the next one).
+taken every current value (and so has handled them: it asked for the next one). The marker
+alone is not enough: nats-py decides it from the consumer's pending count, which reads 0 once
+the server has sent the last value, even while that value is still on its way to the client
+(CI: a value put just before ``TypedKV.current()`` missing from its answer). A watch of the
+whole bucket therefore also waits for the newest revision the bucket held when it started.
 
 Keys deleted before the watch started are not reported (they have no current value); a
 delete while watching is, as an update whose ``value`` is None. A value that does not decode
@@ -52,26 +56,35 @@ class KVWatch(Generic[M]):
     """An async iterator of :class:`KVUpdate`; made by :meth:`TypedKV.watch`."""
 
     def __init__(self, watcher: KeyValue.KeyWatcher, bucket: str, message_type: type[M],
-                 service: str) -> None:
+                 service: str, *, target: int = 0) -> None:
+        """``target``: the revision to have taken before caught up (0: the marker decides)."""
         self._watcher = watcher
         self.bucket = bucket
         self.message_type = message_type
         self._service = service
         self._catch_up = CatchUp(f"watch of bucket {bucket!r}",
                                  until="waiting for the iteration to take every current value")
+        self._catch_up.target = target or None
+        self._marker = False
 
     def __aiter__(self) -> KVWatch[M]:
         return self
 
     async def __anext__(self) -> KVUpdate[M]:
         while True:
+            self._reached_if_done()  # asked for the next: what came before is handled
             entry = await self._watcher.__anext__()  # StopAsyncIteration once stopped
             if entry is None:
-                self._catch_up.reached()
+                self._marker = True
                 continue
             update = self._typed(entry)
             if update is not None:
                 return update
+
+    def _reached_if_done(self) -> None:
+        target = self._catch_up.target
+        if self._marker and (target is None or self._catch_up.highest >= target):
+            self._catch_up.reached()
 
     @property
     def is_caught_up(self) -> bool:
