@@ -11,6 +11,7 @@ import contextlib
 import uuid
 
 import pytest
+from ej_support import running_controller
 
 import alnair_elastic_job as ej
 from alnair.v1 import common_pb2, job_pb2, platform_pb2, workload_pb2
@@ -61,21 +62,8 @@ async def worker(bus: Bus, uid: str, phase: int, code: int | None = None) -> Non
 
 @pytest.fixture
 async def controller(nats_server: NatsServer):
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
-                                                         tick_seconds=0.1),
-                                   capacity=lambda: CARDS)
-    task = asyncio.create_task(service.run())
-
-    async def ready() -> bool:
-        if task.done():
-            task.result()
-        return service.ready.is_set()
-
-    await wait_for(ready, timeout=20, what="elastic-job ready")
-    yield service
-    service.request_stop()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(task, 20)
+    async with running_controller(nats_server.url, CARDS) as service:
+        yield service
 
 
 async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_published(

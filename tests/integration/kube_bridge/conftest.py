@@ -1,10 +1,12 @@
-"""Helpers of the kube-bridge tests: run the bridge in-process against the real plane."""
+"""Helpers of the kube-bridge tests: run the bridge in-process against the real plane (and,
+from tests/integration/elastic_job's ej_support, the controller beside it)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import copy
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from alnair_kube_bridge import KubeBridgeService, KubeBridgeSettings
 from alnair_kube_bridge._job_workers import JOBS_ROLE
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "elastic_job"))
 RBAC = REPO / "k8s" / "base" / "rbac" / "kube-bridge.yaml"
 
 

@@ -12,12 +12,12 @@ that plan removes them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from ej_support import running_controller
 from kubernetes import client as k8s
 from test_kb_trainingjobs import Jobs
 from test_kb_workers import gang_objects, settled, wait_workers, workers
@@ -37,21 +37,8 @@ CARD = ej.FreeCard("kwok", "GPU-0", 80)
 
 @pytest.fixture
 async def controller(nats_server: NatsServer) -> AsyncIterator[ej.ElasticJobService]:
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
-                                                         tick_seconds=0.1),
-                                   capacity=lambda: [CARD])  # one card: a gang of one worker
-    task = asyncio.create_task(service.run())
-
-    async def ready() -> bool:
-        if task.done():
-            task.result()
-        return service.ready.is_set()
-
-    await wait_for(ready, timeout=20, what="elastic-job ready")
-    yield service
-    service.request_stop()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(task, 20)
+    async with running_controller(nats_server.url, [CARD]) as service:  # one card: a gang of one worker
+        yield service
 
 
 async def _phase(service: ej.ElasticJobService, key: str, phase: ej.Phase) -> bool:

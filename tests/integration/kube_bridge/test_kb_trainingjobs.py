@@ -11,8 +11,6 @@ on the object, a name clash refused, deleted → gone."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import json
 import uuid
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ej_support import running_controller
 from google.protobuf.timestamp_pb2 import Timestamp
 from kb_support import stream_messages
 from kubernetes import client as k8s
@@ -352,21 +351,8 @@ async def _count(probe: Callable[[], Any], count: int) -> Any:
 
 @pytest.fixture
 async def controller(nats_server: NatsServer) -> AsyncIterator[ej.ElasticJobService]:
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
-                                                         tick_seconds=0.1),
-                                   capacity=lambda: [])  # no GPUs: jobs stay Pending
-    task = asyncio.create_task(service.run())
-
-    async def ready() -> bool:
-        if task.done():
-            task.result()
-        return service.ready.is_set()
-
-    await wait_for(ready, timeout=20, what="elastic-job ready")
-    yield service
-    service.request_stop()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(task, 20)
+    async with running_controller(nats_server.url, []) as service:  # no GPUs: jobs stay Pending
+        yield service
 
 
 async def test_with_the_controller_created_is_pending_a_clash_is_refused_deleted_is_gone(
