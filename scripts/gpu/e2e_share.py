@@ -148,6 +148,13 @@ class Window:
     ps: list[dict[str, Any]] = field(default_factory=list)
     scrape_saved: bool = False
     last_scrape: str = ""
+    release: Path | None = None
+    """With --sim, the file the round's stand-ins wait for after their work: written once the
+    round's picture (`alnair ps` and a /metrics scrape) is taken, or when the round ends."""
+
+    def release_if_pictured(self, ps_saved: bool) -> None:
+        if self.release is not None and ps_saved and self.scrape_saved:
+            self.release.touch()
 
 
 class Demo:
@@ -291,6 +298,7 @@ class Demo:
         if self.ps_proc is not None and self.ps_proc[0].poll() is not None:
             self._ps_done(w, *self.ps_proc)
             self.ps_proc = None
+        w.release_if_pictured("ps_table" in self.results)
         if self.ps_proc is None and now >= self.next_ps:
             self.next_ps = now + PS_PERIOD_S
             path = self.tmp / "ps.txt"
@@ -404,7 +412,7 @@ class Demo:
         if la.proc is not None:
             terminate(la.proc, 10)
 
-    def launches_for(self, kind: str, rep: int) -> list[Launch]:
+    def launches_for(self, kind: str, rep: int, hold_file: str = "") -> list[Launch]:
         tag = {"seq": "a", "shared": "s", "oom": "m"}[kind]
         out = []
         for job in JOBS:
@@ -413,14 +421,19 @@ class Demo:
             alone = kind == "seq"
             out.append(Launch(job, f"{job.name}-{tag}{rep}", self.card_gib if alone else job.memory_gib,
                               100 if alone else job.compute_percent,
-                              job.argv(sys.executable, sim=self.sim, scale=scale, alloc_gib=alloc),
+                              job.argv(sys.executable, sim=self.sim, scale=scale, alloc_gib=alloc,
+                                       hold_file=hold_file),
                               self.out / "runs" / f"{job.name}-{tag}{rep}.log",
                               delay=self.o.oom_delay if alloc else 0.0))
         return out
 
     def round(self, kind: str, rep: int) -> dict[str, Any]:
-        launches = self.launches_for(kind, rep)
         round_id = f"{kind}{rep}"
+        first_shared = kind == "shared" and not any(k.startswith("shared") for k in self.results["windows"])
+        # On a slow machine the stand-ins' few seconds of work may never overlap long enough
+        # for one `alnair ps` to see all four: in the round pictured, they wait for the picture.
+        release = self.tmp / f"release-{round_id}" if self.sim and first_shared else None
+        launches = self.launches_for(kind, rep, hold_file=str(release or ""))
         print(f"e2e: round {round_id}: {', '.join(la.name for la in launches)}", flush=True)
         began = time.time()
         timeout = self.o.round_timeout
@@ -431,13 +444,15 @@ class Demo:
             for la in launches:
                 self.run_together([la], timeout)
         else:
-            first_shared = kind == "shared" and not any(k.startswith("shared") for k in self.results["windows"])
-            self.window = Window(round_id, {la.name for la in launches}, snapshot=first_shared, t0=began)
+            self.window = Window(round_id, {la.name for la in launches}, snapshot=first_shared, t0=began,
+                                 release=release)
             self.next_scrape = self.next_ps = 0.0
             try:
                 self.run_together(launches, timeout)
                 self.pump(1.0)  # the last samples and lifecycle events
             finally:
+                if release is not None:
+                    release.touch()
                 w, self.window = self.window, None
             if w.snapshot and not w.scrape_saved and w.last_scrape:
                 (self.out / "metrics_scrape.txt").write_text(w.last_scrape)  # never all four at once: the last

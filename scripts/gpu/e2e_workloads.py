@@ -12,7 +12,10 @@ Run as a program, this module is the *stand-in* of ``workloads.py`` for ``e2e_sh
 --sim`` on a machine without a GPU: same command line, no torch; each iteration burns
 ``--busy-ms`` of CPU and sleeps ``--idle-ms``, and ``--alloc-gib`` above the limit the local
 agent passes (``ALNAIR_VGPU_MEMORY_BYTES``) is "refused" the way the interceptor refuses it,
-exiting with the same code. Everything it prints says it is a stand-in.
+exiting with the same code. Everything it prints says it is a stand-in. With ``--hold-file``
+it stays alive after its work (and its result line) until that file exists, at most
+``--hold-max-s``: the demonstration's first shared round holds its four stand-ins so that its
+`alnair ps` picture of all four running does not depend on how fast the machine is.
 
     python e2e_workloads.py cnn_train --batch 32 --iterations 20 --busy-ms 20 --idle-ms 60
 """
@@ -43,14 +46,18 @@ class Job:
     oom_alloc_gib: float = 0.0
     """In the memory-isolation round this job asks for this much more than it may (0: never)."""
 
-    def argv(self, python: str, *, sim: bool, scale: float = 1.0, alloc_gib: float = 0.0) -> list[str]:
-        """The command ``alnair run`` starts: workloads.py on a GPU, the stand-in with ``sim``."""
+    def argv(self, python: str, *, sim: bool, scale: float = 1.0, alloc_gib: float = 0.0,
+             hold_file: str = "") -> list[str]:
+        """The command ``alnair run`` starts: workloads.py on a GPU, the stand-in with ``sim``
+        (``hold_file``: the stand-in waits for it after its work)."""
         here = os.path.dirname(os.path.abspath(__file__))
         count = max(1, round((self.sim_iterations if sim else self.iterations) * scale))
         argv = [python, os.path.join(here, "e2e_workloads.py" if sim else "workloads.py"), self.workload,
                 *self.options, "--iterations", str(count)]
         if sim:
             argv += ["--busy-ms", f"{self.sim_busy_ms:g}", "--idle-ms", f"{self.sim_idle_ms:g}"]
+            if hold_file:
+                argv += ["--hold-file", hold_file]
         if alloc_gib:
             argv += ["--alloc-gib", f"{alloc_gib:g}"]
         return argv
@@ -85,6 +92,8 @@ def main() -> None:
     p.add_argument("--busy-ms", type=float, default=20.0)
     p.add_argument("--idle-ms", type=float, default=60.0)
     p.add_argument("--alloc-gib", type=float, default=0.0)
+    p.add_argument("--hold-file", default="", help="after the work, stay alive until this file exists")
+    p.add_argument("--hold-max-s", type=float, default=30.0, help="the longest --hold-file waits")
     a, _ = p.parse_known_args()  # workloads.py's own options (--batch …) mean nothing here
     started = time.time()
     if a.alloc_gib:
@@ -101,6 +110,10 @@ def main() -> None:
     print(f"{a.workload} (stand-in): {a.iterations} iterations in {time.time() - started:.1f} s", flush=True)
     print(f"E2E_RESULT workload={a.workload} iterations={a.iterations} seconds={time.time() - started:.3f} "
           f"work_seconds={work:.3f} stand_in=1", flush=True)
+    if a.hold_file:
+        deadline = time.monotonic() + a.hold_max_s
+        while not os.path.exists(a.hold_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
