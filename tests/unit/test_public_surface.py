@@ -43,8 +43,12 @@ PUBLIC: dict[str, list[str]] = {
     "alnair_lifecycle": [
         "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PROGRESS_ENV",
         "PlanChanges", "RENDEZVOUS_LABEL", "Retention", "TERMINAL", "WORKER_ENV", "expired", "forget_expired",
-        "is_after", "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command",
+        "is_after", "observed_at", "phase_name", "plan_changes", "rank", "worker_command", "worker_env",
         "worker_labels"
+    ],
+    "alnair_trainer": [
+        "CONF_ENV", "ENDPOINT_ENV", "ID_ENV", "NODES_ENV", "PROGRESS_ENV", "ElasticTrainer", "Stateful",
+        "TrainerConfigError"
     ],
     "alnair_opendata": [
         "Column", "DATA_ROOT", "DatasetNotFoundError", "LABELS", "OpenDataError", "RATES",

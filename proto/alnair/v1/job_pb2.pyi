@@ -39,6 +39,11 @@ class _LauncherEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Launcher.Val
     """
     LAUNCHER_TORCH: _Launcher.ValueType  # 2
     """torchrun with a fixed world size (min_replicas == max_replicas)."""
+    LAUNCHER_TORCH_INPROCESS: _Launcher.ValueType  # 3
+    """No torchrun: the job's command is the trainer, which keeps its process (and its model in
+    memory) across rounds of the same c10d rendezvous (alnair_trainer.ElasticTrainer); the
+    world size may change between min_replicas and max_replicas as with torch-elastic.
+    """
 
 class Launcher(_Launcher, metaclass=_LauncherEnumTypeWrapper):
     """How the workers of a job are started and how their membership may change."""
@@ -50,6 +55,11 @@ between min_replicas and max_replicas.
 """
 LAUNCHER_TORCH: Launcher.ValueType  # 2
 """torchrun with a fixed world size (min_replicas == max_replicas)."""
+LAUNCHER_TORCH_INPROCESS: Launcher.ValueType  # 3
+"""No torchrun: the job's command is the trainer, which keeps its process (and its model in
+memory) across rounds of the same c10d rendezvous (alnair_trainer.ElasticTrainer); the
+world size may change between min_replicas and max_replicas as with torch-elastic.
+"""
 Global___Launcher: _TypeAlias = Launcher  # noqa: Y015
 
 class _JobPhase:

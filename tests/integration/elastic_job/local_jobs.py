@@ -25,6 +25,7 @@ from alnair_common.testing import wait_until
 
 ALNAIR = [sys.executable, "-m", "alnair_cli"]
 SCRIPT = Path(__file__).with_name("train_elastic.py")
+SCRIPTS = {"torch-elastic": SCRIPT, "torch-inprocess": Path(__file__).with_name("train_inprocess.py")}
 CKPT_EVERY = 5
 P = job_pb2
 JOB = """
@@ -32,7 +33,7 @@ apiVersion: alnair.centaurus.io/v1
 kind: TrainingJob
 metadata: {{name: {name}}}
 spec:
-  launcher: torch-elastic
+  launcher: {launcher}
   command: [{python}, {script}]
   minReplicas: {min}
   maxReplicas: {max}
@@ -64,10 +65,10 @@ class Platform:
 
     def submit(self, name: str, *, ckpt: Path, steps: int, step_sleep: float, min_replicas: int,
                max_replicas: int, compute: int = 30, restarts: int = 50,
-               env: dict[str, str] | None = None) -> None:
+               env: dict[str, str] | None = None, launcher: str = "torch-elastic") -> None:
         spec = self.work / f"{name}.yaml"
-        spec.write_text(JOB.format(name=name, python=sys.executable, script=SCRIPT, min=min_replicas,
-                                   max=max_replicas, compute=compute, restarts=restarts))
+        spec.write_text(JOB.format(name=name, python=sys.executable, script=SCRIPTS[launcher], min=min_replicas,
+                                   max=max_replicas, compute=compute, restarts=restarts, launcher=launcher))
         env = {**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(steps), "STEP_SLEEP": str(step_sleep),
                "CKPT_EVERY": str(CKPT_EVERY), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                **(env or {})}
@@ -98,7 +99,8 @@ class Platform:
         return wait_until(probe, timeout=timeout, interval=1.0, what=f"job {name} finished")
 
     def worker_pid(self, uid: str) -> int:
-        """The worker's torchrun (what a crashed node loses)."""
+        """The worker's command: its torchrun (what a crashed node loses), or for
+        torch-inprocess the trainer itself."""
         return int((self.data_dir / "workloads" / uid / "child.pid").read_text())
 
     def rendezvous_host_pid(self, name: str) -> int | None:
@@ -145,12 +147,13 @@ def local_platform(work: Path, gpus: str, env: dict[str, str] | None = None,
 
 
 def steps(ckpt: Path) -> list[tuple[int, int, float]]:
-    """(step, world size, unix time) of every step rank 0 finished, in order."""
+    """(step, world size, unix time) of every step rank 0 finished, in order (train_inprocess.py
+    adds its pid to each line)."""
     try:
         lines = (ckpt / "steps.log").read_text().splitlines()
     except OSError:
         return []
-    return [(int(f[0]), int(f[1]), float(f[2])) for f in (line.split() for line in lines) if len(f) == 3]
+    return [(int(f[0]), int(f[1]), float(f[2])) for f in (line.split() for line in lines) if len(f) >= 3]
 
 
 def undisturbed(ckpt: Path, total: int) -> Path:

@@ -34,7 +34,7 @@ from alnair_elastic_job import WorkerExited, job_key, worker_input
 from alnair_kube_bridge._job_objects import GENERATION_ANNOTATION, HOST_SCRIPT, gang_name, rendezvous_pod, worker_pod
 from alnair_kube_bridge._job_rounds import rounds_in
 from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
-from alnair_lifecycle import WORKER_ENV, torchrun_command, worker_labels
+from alnair_lifecycle import WORKER_ENV, worker_command, worker_labels
 
 J = job_pb2
 GROUP, VERSION, PLURAL = "alnair.centaurus.io", "v1alpha1", "podgroups"
@@ -112,7 +112,7 @@ async def test_plans_create_workers_gang_and_rendezvous_then_stop_rescale_and_en
         assert pod.spec.scheduler_name == "alnair-scheduler" and pod.spec.restart_policy == "Never"
         assert pod.spec.subdomain == "resnet-workers"  # the workers' FQDNs resolve: torchrun's addresses
         [c] = pod.spec.containers
-        assert c.image == IMAGE and c.command == torchrun_command(first, endpoint)
+        assert c.image == IMAGE and c.command == worker_command(first, endpoint)
         assert {e.name: e.value for e in c.env} == {**WORKER_ENV, "ALNAIR_PROGRESS_FILE": "/alnair/progress/step"}
         [sidecar] = pod.spec.init_containers  # prints the progress file; ends with the worker
         assert sidecar.restart_policy == "Always" and sidecar.command[-1] == "/alnair/progress/step"
@@ -315,7 +315,7 @@ def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_
         while not (rdzv / "endpoint").exists():
             assert time.monotonic() < deadline and procs[0].poll() is None, "the host did not start"
             time.sleep(0.2)
-        argv = torchrun_command(p, f"127.0.0.1:{port}")
+        argv = worker_command(p, f"127.0.0.1:{port}")
         argv[0] = str(Path(sys.executable).with_name("torchrun"))
         started = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                    for _ in range(2)]

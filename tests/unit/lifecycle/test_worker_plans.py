@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import pickle
 import subprocess
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
 
 from alnair.v1 import job_pb2
-from alnair_lifecycle import JOB_LABEL, plan_changes, torchrun_command, worker_labels
-from alnair_lifecycle.rendezvous_host import closed_round
+from alnair_lifecycle import JOB_LABEL, plan_changes, worker_command, worker_env, worker_labels
+from alnair_lifecycle.rendezvous_host import closed_round, evicted
 
 UIDS = st.sets(st.sampled_from([f"w{i}" for i in range(8)]))
 
@@ -46,7 +47,7 @@ def test_a_plan_applied_to_what_it_leaves_asks_for_nothing_more(live: set[str], 
 
 
 def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:
-    argv = torchrun_command(plan(3), "127.0.0.1:29400")
+    argv = worker_command(plan(3), "127.0.0.1:29400")
     assert argv[0] == "torchrun" and argv[-5:] == ["--no-python", "python", "train.py", "--lr", "0.1"]
     assert "--nnodes=2:4" in argv and "--nproc-per-node=1" in argv and "--rdzv-backend=c10d" in argv
     assert "--rdzv-endpoint=127.0.0.1:29400" in argv and "--rdzv-id=ml.resnet.2" in argv
@@ -56,7 +57,7 @@ def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:
 
 
 def test_a_fixed_size_job_gets_no_torchrun_restarts() -> None:
-    argv = torchrun_command(plan(2, launcher=job_pb2.LAUNCHER_TORCH), "h:1")
+    argv = worker_command(plan(2, launcher=job_pb2.LAUNCHER_TORCH), "h:1")
     assert "--nnodes=2" in argv and "--max-restarts=0" in argv
 
 
@@ -91,3 +92,39 @@ def test_a_forged_state_in_the_store_cannot_run_code_in_the_host() -> None:
         closed_round(stored(Forged()))
     with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system"):
         closed_round(base64.b64encode(b"cos\nsystem\n(S'true'\ntR."))
+
+
+def test_an_inprocess_worker_is_its_command_with_the_rendezvous_in_its_environment() -> None:
+    import alnair_trainer
+
+    p = plan(3, launcher=job_pb2.LAUNCHER_TORCH_INPROCESS)
+    assert worker_command(p, "10.0.0.9:29400") == ["python", "train.py", "--lr", "0.1"]
+    env = worker_env(p, "10.0.0.9:29400")
+    # The names the trainer reads (alnair_trainer has no Alnair dependency: it repeats them).
+    assert env[alnair_trainer.ENDPOINT_ENV] == "10.0.0.9:29400"
+    assert env[alnair_trainer.ID_ENV] == "ml.resnet.2" and env[alnair_trainer.NODES_ENV] == "2:4"
+    conf = env[alnair_trainer.CONF_ENV]
+    assert "is_host=false" in conf and "join_timeout=45" in conf and "last_call_timeout=1" in conf
+    # torchrun workers get no rendezvous variables (their arguments carry it).
+    assert set(worker_env(plan(3), "h:1")) == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+
+
+def test_the_host_marks_a_dead_local_member_as_long_unheard_and_leaves_the_rest() -> None:
+    s = _RendezvousState()
+    now = datetime.now(UTC)
+    dead, live, remote = _NodeDesc("box", 10, 0), _NodeDesc("box", 11, 0), _NodeDesc("other", 10, 0)
+    s.participants = {dead: 0, live: 1, remote: 2}
+    s.last_heartbeats = {dead: now, live: now, remote: now}
+    fresh = evicted(stored(s), "box", alive=lambda pid: pid != 10)
+    assert fresh is not None
+    state = pickle.loads(base64.b64decode(fresh))
+    assert state.last_heartbeats[dead].year == 1970  # torch's sanitizer drops it on the next look
+    assert state.last_heartbeats[live] == now and state.last_heartbeats[remote] == now  # another machine's
+    assert evicted(fresh, "box", alive=lambda pid: pid != 10) is None  # marked once
+    assert evicted(stored(s), "box", alive=lambda pid: True) is None
+    assert evicted(b"", "box") is None
+
+
+def test_the_host_refuses_a_forged_state_when_evicting_too() -> None:
+    with pytest.raises(pickle.UnpicklingError, match="not part of a rendezvous state"):
+        evicted(stored(Forged()), "box")

@@ -3,7 +3,7 @@
 kube-bridge and the local agent observe workloads differently (a watch, a child process)
 but must publish the same thing: each transition once, in lifecycle order, with a sequence
 that grows per workload. :class:`LifecyclePublisher` holds that rule so the two cannot
-drift apart; :func:`plan_changes` and :func:`torchrun_command` do the same for a training
+drift apart; :func:`plan_changes`, :func:`worker_command` and :func:`worker_env` do the same for a training
 job's workers, and ``rendezvous_host.py`` is the c10d host both run outside the workers.
 """
 
@@ -18,10 +18,12 @@ from ._worker_plans import (
     WORKER_ENV,
     PlanChanges,
     plan_changes,
-    torchrun_command,
+    worker_command,
+    worker_env,
     worker_labels,
 )
 
 __all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "PROGRESS_ENV", "RENDEZVOUS_LABEL", "TERMINAL",
            "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV", "expired", "forget_expired", "is_after",
-           "observed_at", "phase_name", "plan_changes", "rank", "torchrun_command", "worker_labels"]
+           "observed_at", "phase_name", "plan_changes", "rank", "worker_command", "worker_env",
+           "worker_labels"]

@@ -3,9 +3,10 @@
 The elastic-job controller publishes what a job's workers should be (``job.proto``'s
 WorkerPlan); an adapter counts the job's live workers, stops the planned ones and creates
 the rest (:func:`plan_changes`), labels each worker with its job (:func:`worker_labels`) and
-starts it under torchrun with the arguments of :func:`torchrun_command`: one process per
-worker, the job's c10d rendezvous hosted outside the workers (``rendezvous_host.py``), so
-that any worker may die without taking the rendezvous with it.
+starts it with :func:`worker_command` and :func:`worker_env` — under torchrun, or for
+torch-inprocess as the trainer itself: one process per worker, the job's c10d rendezvous
+hosted outside the workers (``rendezvous_host.py``), so that any worker may die without
+taking the rendezvous with it.
 
 When a worker of an elastic job dies, its peers' collectives fail at once (the connection
 to it closes) and each survivor's torchrun restarts its own trainer into a new round of the
@@ -13,7 +14,9 @@ same rendezvous — the controller's Rescaling — which closes as soon as the d
 keep-alive has lapsed (``KEEP_ALIVE_SECONDS`` × ``KEEP_ALIVE_ATTEMPTS``) and the round's
 last call is over; the replacement the controller asks for joins the round after. So
 torchrun may restart a trainer as often as the job's restart policy allows. A fixed-size
-job (``launcher: torch``) gets no torchrun restarts: the controller restarts its gang.
+job (``launcher: torch``) gets no torchrun restarts: the controller restarts its gang. A
+torch-inprocess trainer restarts nothing: it leaves its process group and joins the next
+round in the same process, its model still in memory (``alnair_trainer``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ RENDEZVOUS_LABEL = "ai.centaurus.io/rendezvous-id"
 # would delay every round of a job below maxReplicas by that much); a worker that comes later
 # joins through a re-rendezvous, as torch elastic scales up.
 LAST_CALL_SECONDS = 3
+# torch-inprocess: a worker that comes later costs its peers ~1 s (no new processes), so a
+# round waits less for one.
+INPROCESS_LAST_CALL_SECONDS = 1
 # How often torchrun looks at its worker process and at workers waiting to join.
 MONITOR_SECONDS = 0.5
 # A worker that stopped beating for this long is dropped from the rendezvous (torch's default
@@ -79,18 +85,44 @@ def worker_labels(plan: job_pb2.WorkerPlan) -> dict[str, str]:
             RENDEZVOUS_LABEL: plan.rendezvous_id}
 
 
-def torchrun_command(plan: job_pb2.WorkerPlan, endpoint: str) -> list[str]:
-    """The worker's argv: the spec's command under torchrun, meeting at ``endpoint``."""
-    spec = plan.spec
-    if spec.launcher == job_pb2.LAUNCHER_TORCH:  # a fixed-size job: exactly minReplicas
-        nnodes = str(spec.min_replicas)
-    else:
-        nnodes = f"{spec.min_replicas}:{spec.max_replicas}"
+# What a torch-inprocess worker (``alnair_trainer.ElasticTrainer``) reads to meet its peers
+# itself, in place of torchrun's arguments.
+RENDEZVOUS_ENDPOINT_ENV = "ALNAIR_RDZV_ENDPOINT"
+RENDEZVOUS_ID_ENV = "ALNAIR_RDZV_ID"
+RENDEZVOUS_NODES_ENV = "ALNAIR_RDZV_NODES"
+RENDEZVOUS_CONF_ENV = "ALNAIR_RDZV_CONF"
+
+
+def _rendezvous_conf(spec: job_pb2.JobSpec) -> str:
     join = int(spec.deadlines.rendezvous_timeout_seconds or 60)
-    restarts = 0 if spec.launcher == job_pb2.LAUNCHER_TORCH else spec.restart_policy.max_restarts
-    conf = (f"is_host=false,join_timeout={join},last_call_timeout={LAST_CALL_SECONDS},"
+    last_call = INPROCESS_LAST_CALL_SECONDS if spec.launcher == job_pb2.LAUNCHER_TORCH_INPROCESS else LAST_CALL_SECONDS
+    return (f"is_host=false,join_timeout={join},last_call_timeout={last_call},"
             f"keep_alive_interval={KEEP_ALIVE_SECONDS},keep_alive_max_attempt={KEEP_ALIVE_ATTEMPTS}")
-    return ["torchrun", f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={plan.rendezvous_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={restarts}", f"--monitor-interval={MONITOR_SECONDS}", "--no-python",
-            *spec.command]
+
+
+def _nodes(spec: job_pb2.JobSpec) -> str:
+    if spec.launcher == job_pb2.LAUNCHER_TORCH:  # a fixed-size job: exactly minReplicas
+        return str(spec.min_replicas)
+    return f"{spec.min_replicas}:{spec.max_replicas}"
+
+
+def worker_command(plan: job_pb2.WorkerPlan, endpoint: str) -> list[str]:
+    """The worker's argv: the spec's command under torchrun, meeting at ``endpoint`` — or,
+    for torch-inprocess, the command itself (it meets its peers with :func:`worker_env`)."""
+    spec = plan.spec
+    if spec.launcher == job_pb2.LAUNCHER_TORCH_INPROCESS:
+        return list(spec.command)
+    restarts = 0 if spec.launcher == job_pb2.LAUNCHER_TORCH else spec.restart_policy.max_restarts
+    return ["torchrun", f"--nnodes={_nodes(spec)}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={plan.rendezvous_id}",
+            f"--rdzv-conf={_rendezvous_conf(spec)}", f"--max-restarts={restarts}",
+            f"--monitor-interval={MONITOR_SECONDS}", "--no-python", *spec.command]
+
+
+def worker_env(plan: job_pb2.WorkerPlan, endpoint: str) -> dict[str, str]:
+    """What a worker's environment gets besides the job's (and the progress file)."""
+    env = dict(WORKER_ENV)
+    if plan.spec.launcher == job_pb2.LAUNCHER_TORCH_INPROCESS:
+        env.update({RENDEZVOUS_ENDPOINT_ENV: endpoint, RENDEZVOUS_ID_ENV: plan.rendezvous_id,
+                    RENDEZVOUS_NODES_ENV: _nodes(plan.spec), RENDEZVOUS_CONF_ENV: _rendezvous_conf(plan.spec)})
+    return env

@@ -1,4 +1,4 @@
-"""``python rendezvous_host.py --run-id ID --dir DIR [--host H] [--port P]``
+"""``python rendezvous_host.py --run-id ID --dir DIR [--host H] [--port P] [--evict-dead-local]``
 
 Hosts one gang's torch elastic c10d rendezvous outside its workers: the TCPStore server
 that torchrun's ``--rdzv-backend=c10d`` would otherwise start inside one of the workers, so
@@ -12,6 +12,12 @@ appends every round that closes to ``DIR/rounds.jsonl`` as one JSON object per l
 the worker's host name and its torchrun process id; rounds numbered from 1, torch's own
 count plus one, so that a round can never be confused with "none yet"). The adapter relays those rounds on the
 bus. SIGTERM stops it.
+
+With ``--evict-dead-local`` (the local agent: its workers run on this machine) a member
+whose process is gone is dropped at once: its last heartbeat is set to long ago, so the
+survivors' next look at the state removes it the way torch removes a member whose keep-alive
+lapsed — their new round need not wait ``keep_alive_interval × keep_alive_max_attempt`` for
+it. Members of other machines (another address than this one's) are left to torch.
 
 The rendezvous state is a pickle that the workers write into the store; it is read here
 with an unpickler that admits only the classes a rendezvous state is made of, so a process
@@ -27,6 +33,7 @@ import json
 import os
 import pickle
 import signal
+import socket
 import sys
 import time
 
@@ -48,12 +55,42 @@ def closed_round(value: bytes) -> tuple[int, list[list]] | None:
     """(round, members) of a stored rendezvous state that is complete; None otherwise."""
     if not value or value == _EMPTY:
         return None
-    import io
-    state = _StateUnpickler(io.BytesIO(base64.b64decode(value))).load()
+    state = _load(value)
     if not getattr(state, "complete", False):
         return None
     members = sorted([n.addr, int(n.pid), int(n.local_id)] for n in state.participants)
     return int(state.round) + 1, members
+
+
+def _load(value: bytes):  # type: ignore[no-untyped-def]
+    import io
+    return _StateUnpickler(io.BytesIO(base64.b64decode(value))).load()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def evicted(value: bytes, here: str, alive=_alive) -> bytes | None:  # type: ignore[no-untyped-def]
+    """The stored state with every member of address ``here`` whose process is gone marked
+    as not heard from since 1970; None when there is none (or no state yet)."""
+    if not value or value == _EMPTY:
+        return None
+    state = _load(value)
+    gone = [n for n in state.last_heartbeats if n.addr == here and not alive(int(n.pid))]
+    long_ago = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    gone = [n for n in gone if state.last_heartbeats[n] != long_ago]
+    if not gone:
+        return None
+    for node in gone:
+        state.last_heartbeats[node] = long_ago
+    return base64.b64encode(pickle.dumps(state))
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -70,6 +107,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--poll-seconds", type=float, default=0.2)
+    parser.add_argument("--evict-dead-local", action="store_true",
+                        help="drop a member of this machine as soon as its process is gone")
     args = parser.parse_args(argv)
 
     from torch.distributed import TCPStore
@@ -83,9 +122,16 @@ def main(argv: list[str]) -> int:
     key = f"torch.rendezvous.{args.run_id}"
     last = None
     rounds = os.path.join(args.dir, "rounds.jsonl")
+    here = socket.getfqdn()  # the address torch gives a worker of this machine
     while not stop:
         try:
-            found = closed_round(store.get(key)) if store.check([key]) else None
+            value = store.get(key) if store.check([key]) else b""
+            if args.evict_dead_local:
+                fresh = evicted(value, here)
+                if fresh is not None:  # lost to a worker's own write: next poll looks again
+                    store.compare_set(key, value.decode(), fresh.decode())
+                    print("dropped a member whose process is gone", flush=True)
+            found = closed_round(value)
         except (pickle.UnpicklingError, ValueError, EOFError, AttributeError) as e:
             print(f"rendezvous state unreadable, skipped: {e}", file=sys.stderr, flush=True)
             found = None

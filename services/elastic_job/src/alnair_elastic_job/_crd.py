@@ -70,7 +70,10 @@ def spec_schema() -> dict[str, Any]:
         ],
         "properties": {
             "launcher": {"type": "string", "default": Launcher.TORCH_ELASTIC.value,
-                         "description": "torch-elastic (world size within min..max) or torch (fixed)"},
+                         "description": "torch-elastic (torchrun, world size within min..max), "
+                                        "torch-inprocess (the command is an alnair_trainer trainer kept "
+                                        "alive across rounds, world size within min..max) or torch "
+                                        "(torchrun, fixed)"},
             "image": {"type": "string", "description": "Worker image"},
             "command": {"type": "array", "minItems": 1, "maxItems": 4096,
                         "items": {"type": "string", "minLength": 1, "maxLength": 65536},

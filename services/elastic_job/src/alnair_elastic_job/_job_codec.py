@@ -18,7 +18,8 @@ from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRe
 API_VERSION = "alnair.centaurus.io/v1"
 KIND = "TrainingJob"
 _LAUNCHER_TO_PROTO = {Launcher.TORCH_ELASTIC: job_pb2.LAUNCHER_TORCH_ELASTIC,
-                      Launcher.TORCH: job_pb2.LAUNCHER_TORCH}
+                      Launcher.TORCH: job_pb2.LAUNCHER_TORCH,
+                      Launcher.TORCH_INPROCESS: job_pb2.LAUNCHER_TORCH_INPROCESS}
 _LAUNCHER_FROM_PROTO = {v: k for k, v in _LAUNCHER_TO_PROTO.items()}
 
 
@@ -28,7 +29,8 @@ def from_proto(spec: job_pb2.JobSpec) -> TrainingJob:
         launcher = _LAUNCHER_FROM_PROTO[spec.launcher]
     elif spec.launcher != job_pb2.LAUNCHER_UNSPECIFIED:
         raise JobSpecError("spec.launcher", f"launcher enum value {spec.launcher} is unknown to this "
-                           "controller; use LAUNCHER_TORCH_ELASTIC or LAUNCHER_TORCH")
+                           "controller; use LAUNCHER_TORCH_ELASTIC, LAUNCHER_TORCH_INPROCESS or "
+                           "LAUNCHER_TORCH")
     elif spec.framework:  # an older publisher: the string field before the enum
         launcher = Launcher.parse(spec.framework)
     else:

@@ -41,10 +41,13 @@ HOROVOD_REJECTED = (
 
 
 class Launcher(Enum):
-    """How workers are started. Both run torchrun; only torch-elastic may change size."""
+    """How workers are started: torchrun for torch-elastic and torch (only torch-elastic may
+    change size); torch-inprocess runs the command itself, a trainer that stays alive across
+    rendezvous rounds (``alnair_trainer``), elastic like torch-elastic."""
 
     TORCH_ELASTIC = "torch-elastic"
     TORCH = "torch"
+    TORCH_INPROCESS = "torch-inprocess"
 
     @classmethod
     def parse(cls, value: str, where: str = "spec.launcher") -> Launcher:
@@ -60,7 +63,8 @@ class Launcher(Enum):
             return cls(v)
         except ValueError:
             raise JobSpecError(where, f"unknown launcher {value!r}; use torch-elastic (elastic "
-                               "world size) or torch (fixed world size)") from None
+                               "world size), torch-inprocess (elastic, trainers kept alive across "
+                               "rounds) or torch (fixed world size)") from None
 
 
 def _int(value: int, where: str, low: int, high: int, hint: str) -> int:
@@ -189,4 +193,4 @@ class TrainingJob:
 
     @property
     def elastic(self) -> bool:
-        return self.launcher is Launcher.TORCH_ELASTIC and self.max_replicas > self.min_replicas
+        return self.launcher is not Launcher.TORCH and self.max_replicas > self.min_replicas

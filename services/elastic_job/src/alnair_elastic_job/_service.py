@@ -17,7 +17,7 @@ Where its inputs come from and its plans go:
 * **Workers.** Each transition also publishes the job's WorkerPlan on
   ``alnair.cmd.workers.<name>`` (declarative: live workers wanted, a gang size, the uids to
   stop, a rendezvous id per gang; see job.proto). Both adapters carry it out with the same
-  rules (``alnair_lifecycle.plan_changes``/``torchrun_command``): the local agent as local
+  rules (``alnair_lifecycle.plan_changes``/``worker_command``): the local agent as local
   workloads with a rendezvous host process per gang, kube-bridge as pods, a PodGroup and a
   rendezvous pod and Service per gang; each relays the closed rendezvous rounds (and the
   local agent the workers' steps).

@@ -16,9 +16,9 @@ Per job, in the job's namespace:
   placed all-or-nothing, a PodGroup of the same name. A gang's objects are made anew for
   each gang: the scheduler counts a PodGroup's timeout from its creation and keeps its
   failure for good;
-* the worker pods ``<job>-<random>``: the job's image and its command under torchrun (with
-  ``WORKER_ENV``), the job's labels (``worker_labels``), the GPU request, ``restartPolicy:
-  Never``.
+* the worker pods ``<job>-<random>``: the job's image and its command under torchrun, or
+  itself for torch-inprocess (``worker_command``, with ``worker_env``), the job's labels
+  (``worker_labels``), the GPU request, ``restartPolicy: Never``.
 
 Every bad plan is refused here, before any object exists, with the field to fix.
 """
@@ -35,7 +35,7 @@ from alnair.v1 import job_pb2
 from alnair_common import PermanentError
 from alnair_common.annotations import POD_GROUP_LABEL
 from alnair_common.annotations import PREFIX as ANNOTATION_PREFIX
-from alnair_lifecycle import PROGRESS_ENV, RENDEZVOUS_LABEL, WORKER_ENV, torchrun_command, worker_labels
+from alnair_lifecycle import PROGRESS_ENV, RENDEZVOUS_LABEL, worker_command, worker_env, worker_labels
 
 from ._pods import VGPU_COMPUTE, VGPU_MEMORY
 
@@ -218,9 +218,9 @@ def worker_pod(plan: job_pb2.WorkerPlan, namespace: str, base: str, *, scheduler
         "tolerations": NODE_LOSS_TOLERATIONS,
         "containers": [{
             "name": "worker", "image": spec.image,
-            "command": torchrun_command(plan, endpoint(gang, namespace)),
-            "env": [{"name": k, "value": v}
-                    for k, v in sorted({**WORKER_ENV, PROGRESS_ENV: PROGRESS_FILE}.items())],
+            "command": worker_command(plan, endpoint(gang, namespace)),
+            "env": [{"name": k, "value": v} for k, v in
+                    sorted({**worker_env(plan, endpoint(gang, namespace)), PROGRESS_ENV: PROGRESS_FILE}.items())],
             "resources": {"limits": gpu_limits(plan)},
             "volumeMounts": [{"name": PROGRESS_CONTAINER, "mountPath": PROGRESS_DIR}],
         }],

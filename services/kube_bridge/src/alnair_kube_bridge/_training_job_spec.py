@@ -20,7 +20,8 @@ from ._custom_objects import object_key as job_key
 
 GROUP, VERSION, PLURAL, KIND = "alnair.centaurus.io", "v1", "trainingjobs", "TrainingJob"
 API_VERSION = f"{GROUP}/{VERSION}"
-LAUNCHERS = {"torch-elastic": job_pb2.LAUNCHER_TORCH_ELASTIC, "torch": job_pb2.LAUNCHER_TORCH}
+LAUNCHERS = {"torch-elastic": job_pb2.LAUNCHER_TORCH_ELASTIC, "torch": job_pb2.LAUNCHER_TORCH,
+             "torch-inprocess": job_pb2.LAUNCHER_TORCH_INPROCESS}
 # The controller's restart policy when a file sets only part of it (alnair_elastic_job).
 DEFAULT_MAX_RESTARTS, DEFAULT_BACKOFF_SECONDS, DEFAULT_MAX_BACKOFF_SECONDS = 3, 10.0, 300.0
 Obj = dict[str, Any]

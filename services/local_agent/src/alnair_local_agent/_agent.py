@@ -134,7 +134,7 @@ class Agent:
         env = workload_env(self._environment(submission, workspace), share,
                            workspace=workspace, interceptor=self.interceptor)
         if JOB_LABEL in submission.labels:  # a training job's worker reports its steps there
-            env.update(WORKER_ENV)
+            env.update({**WORKER_ENV, **workspace.worker_environment()})
             env[PROGRESS_ENV] = str(workspace.path / "progress")
         try:
             process = await launch(submission, env, workspace)

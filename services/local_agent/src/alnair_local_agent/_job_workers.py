@@ -5,7 +5,7 @@ job's live workers on this machine, stops the planned ones (SIGTERM to the worke
 group — torchrun ends its trainer — then SIGKILL after the grace; a pending one is withdrawn)
 and submits the missing ones to itself as local workloads, labelled with their job, so the
 scheduler places them like any other and their lifecycle reaches the controller as usual.
-Each worker runs the job's command under torchrun (:func:`alnair_lifecycle.torchrun_command`)
+Each worker runs the job's command under torchrun (:func:`alnair_lifecycle.worker_command`)
 in the submitter's directory and environment, meeting in its gang's rendezvous, hosted by
 :class:`RendezvousHosts`. Twice a second the agent relays what the hosts and the workers
 wrote: each closed rendezvous round (members mapped from torchrun's pid to the worker's uid)
@@ -28,7 +28,14 @@ from pathlib import Path
 from alnair.v1 import common_pb2, job_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, PermanentError, get_logger, subjects
-from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, plan_changes, torchrun_command, worker_labels
+from alnair_lifecycle import (
+    JOB_LABEL,
+    JOB_NAMESPACE_LABEL,
+    plan_changes,
+    worker_command,
+    worker_env,
+    worker_labels,
+)
 
 from ._agent import Agent
 from ._job_files import JobFiles
@@ -131,11 +138,12 @@ class JobWorkers:
             ref=common_pb2.WorkloadRef(uid=uid, name=f"{base}-{uid[:8]}", namespace="local",
                                        mode=common_pb2.MODE_LOCAL),
             request=request, scheduler_name="alnair-scheduler", phase=P.WORKLOAD_PHASE_PENDING,
-            command=torchrun_command(plan, endpoint), working_dir=files.working_dir(),
+            command=worker_command(plan, endpoint), working_dir=files.working_dir(),
             labels=worker_labels(plan))
         workload.created_at.GetCurrentTime()
         workspace = Workspace.of(self.agent.workloads_dir, uid)
         workspace.write_environment(env)
+        workspace.write_worker_environment(worker_env(plan, endpoint))
         await self.agent.on_submit("", workload)
         return uid
 

@@ -3,7 +3,9 @@
 Each runs ``alnair_lifecycle/rendezvous_host.py`` with the job's own Python (the interpreter
 of the ``torchrun`` on the job's ``PATH``: torch is the job's, not the platform's), in a
 session of its own so that it outlives an agent restart like the workers do; a restarted
-agent finds it again by its pid file. A host is stopped when its gang is: a new gang (after
+agent finds it again by its pid file. Its workers run here, so the host drops a member whose
+process is gone at once (``--evict-dead-local``) instead of after its keep-alive lapses. A
+host is stopped when its gang is: a new gang (after
 a failure) meets in a new rendezvous, so no worker ever joins a round of the old one.
 """
 
@@ -64,8 +66,8 @@ class RendezvousHosts:
         with open(where / "output.log", "ab", buffering=0) as out:  # noqa: ASYNC230 - once per gang
             process = await asyncio.create_subprocess_exec(
                 python, str(HOST_SCRIPT), "--run-id", rendezvous_id, "--dir", str(where),
-                "--host", self.host, env=clean, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=out, start_new_session=True)
+                "--host", self.host, "--evict-dead-local", env=clean, stdin=asyncio.subprocess.DEVNULL,
+                stdout=out, stderr=out, start_new_session=True)
         record_process(where / "pid", process.pid)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_SECONDS

@@ -57,6 +57,15 @@ class Workspace:
         """What ``write_environment`` left; None when absent or unreadable."""
         return read_environment(self.path / "environment.json")
 
+    def write_worker_environment(self, env: dict[str, str]) -> None:
+        """A training job's worker: the variables the agent sets for it (``worker_env``), kept
+        apart from the submitter's, which may carry no ``ALNAIR_*`` setting."""
+        make_private_directory(self.path)
+        write_environment(self.path / "worker_environment.json", env)
+
+    def worker_environment(self) -> dict[str, str]:
+        return read_environment(self.path / "worker_environment.json") or {}
+
     def submission(self) -> wl.Workload | None:
         try:
             data = (self.path / "submission.pb").read_bytes()
