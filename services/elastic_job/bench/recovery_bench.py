@@ -8,6 +8,8 @@ progress, SIGKILL one worker's torchrun (a crashed node) and time
 * detection: the kill → the controller's state counts the failure (restarts + 1),
 * rendezvous: the kill → Running again (a closed round, survivors and replacement),
 * first step: the kill → the first training step finished after that rendezvous,
+* resumed: the kill → the first training step finished after it, at any world size (for
+  ``torch-inprocess`` the survivors go on before the replacement joins),
 
 reported as p50/p90. Then ``--goodput`` runs: the same job killed every ``--every`` seconds of
 wall time until it finishes, goodput = steps × the undisturbed step time / wall time, from
@@ -18,9 +20,14 @@ world when the blocker ends, and shrinks to 1 by ``alnair job scale``: each is t
 cause (the blocker's exit, the command) to Running at the new size and to the first step
 trained at that size, with the step time at each size. The platform then runs with the
 controller's resize hysteresis off (``ALNAIR_RESCALE_INTERVAL_SECONDS=0``; by default a job keeps
-a new size for 300 s, so a scale-up waits up to that long by design).
+a new size for 300 s, so a scale-up waits up to that long by design). ``--launcher
+torch-elastic torch-inprocess`` runs the kills and the goodput runs once per launcher on the
+same platform (``torch-inprocess``: ``train_inprocess.py``, the same job on
+``alnair_trainer.ElasticTrainer``, which keeps the trainers alive across rounds).
 
     .venv/bin/python services/elastic_job/bench/recovery_bench.py --kills 20 --goodput 60 120
+    .venv/bin/python services/elastic_job/bench/recovery_bench.py --launcher torch-elastic torch-inprocess \
+      --kills 10 --goodput 60
 """
 
 from __future__ import annotations
@@ -77,7 +84,9 @@ def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Rand
     t_rdzv = time.monotonic() - killed
     first = wait_until(lambda: next((s for s in steps(ckpt) if s[2] > wall_killed + t_rdzv), None),
                        timeout=120, interval=0.05, what="a step after the rendezvous")
+    resumed = next(s for s in steps(ckpt) if s[2] > wall_killed)
     return {"detect_s": t_detect, "rendezvous_s": t_rdzv, "first_step_s": first[2] - wall_killed,
+            "resumed_s": resumed[2] - wall_killed,
             "recovering": float(detected.state.phase == P.JOB_PHASE_RECOVERING)}
 
 
@@ -98,7 +107,7 @@ def scale_phase(platform, args, work: Path, job_env: dict[str, str]) -> dict[str
         wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps, timeout=60,
                    interval=0.5, what="the blocker running")
         platform.submit("scale", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=1,
-                        max_replicas=args.world, compute=args.compute, env=job_env)
+                        max_replicas=args.world, compute=args.compute, env=job_env, launcher=args.launcher[0])
         half = min(args.world, 50 // args.compute)
         wait_until(platform.running_with("scale", half, after_step=10), timeout=180, interval=0.2,
                    what=f"the job Running with the {half} workers that fit beside the blocker")
@@ -132,6 +141,57 @@ def scale_phase(platform, args, work: Path, job_env: dict[str, str]) -> dict[str
             "step_s_world_1": steady_step_seconds(log, 1)}
 
 
+def failure_phases(platform, args, work: Path, job_env: dict[str, str], launcher: str,  # type: ignore[no-untyped-def]
+                   rng: random.Random) -> dict[str, object]:
+    """The kills, then the goodput runs, of one launcher's job."""
+    results: dict[str, object] = {}
+    tag = "ip-" if launcher == "torch-inprocess" else ""
+    if args.kills:
+        ckpt = work / f"ckpt-{launcher}-kills"
+        ckpt.mkdir()
+        platform.submit(f"{tag}kills", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=2,
+                        max_replicas=args.world, compute=args.compute, restarts=10 * args.kills, env=job_env,
+                        launcher=launcher)
+        rounds = []
+        for i in range(args.kills):
+            rounds.append(recovery_round(platform, f"{tag}kills", ckpt, args.world, rng))
+            print(f"{launcher} kill {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rounds[-1].items()
+                                                          if k.endswith("_s")), flush=True)
+        platform.cli("job", "delete", f"{tag}kills")
+        summary = {k: {"p50": pct([r[k] for r in rounds], 0.5), "p90": pct([r[k] for r in rounds], 0.9),
+                       "max": max(r[k] for r in rounds)}
+                   for k in ("detect_s", "rendezvous_s", "first_step_s", "resumed_s")}
+        results["recovery"] = summary
+        results["step_seconds"] = steady_step_seconds(steps(ckpt), args.world)
+        print(json.dumps(summary, indent=1), flush=True)
+    for i, every in enumerate(args.goodput):
+        name = f"{tag}goodput-{int(every)}" + (f"-{i}" if args.goodput.count(every) > 1 else "")
+        ckpt = work / f"ckpt-{name}"
+        ckpt.mkdir()
+        platform.submit(name, ckpt=ckpt, steps=args.goodput_steps, step_sleep=args.step_sleep,
+                        min_replicas=2, max_replicas=args.world, compute=args.compute, restarts=1000,
+                        env=job_env, launcher=launcher)
+        wait_until(platform.running_with(name, args.world), timeout=120, interval=0.2, what="running")
+        kills, next_kill = 0, time.monotonic() + every
+        while True:
+            r = platform.record(name)
+            if r is not None and r.state.phase in (P.JOB_PHASE_SUCCEEDED, P.JOB_PHASE_FAILED):
+                break
+            if time.monotonic() >= next_kill and r is not None and r.state.phase == P.JOB_PHASE_RUNNING:
+                kill_one(platform, name, rng)
+                kills += 1
+                next_kill = time.monotonic() + every
+            time.sleep(0.2)
+        log = steps(ckpt)
+        wall = log[-1][2] - log[0][2]
+        useful = args.goodput_steps * steady_step_seconds(log, args.world)
+        results[name] = {"phase": r.state.phase, "kills": kills, "wall_s": wall,
+                         "goodput": useful / wall, "controller_goodput": r.state.goodput_ratio,
+                         "steps_logged": len(log)}
+        print(name, json.dumps(results[name]), flush=True)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=20)
@@ -146,6 +206,8 @@ def main() -> None:
     ap.add_argument("--step-sleep", type=float, default=0.1)
     ap.add_argument("--goodput-steps", type=int, default=1500)
     ap.add_argument("--scale", action="store_true", help="time a scale-up and a scale-down first")
+    ap.add_argument("--launcher", nargs="+", default=["torch-elastic"], choices=["torch-elastic", "torch-inprocess"],
+                    help="the kills and goodput runs once per launcher (the --scale phase: the first)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     rng = random.Random(1)
@@ -159,47 +221,8 @@ def main() -> None:
             if args.scale:
                 results["scale"] = scale_phase(platform, args, work, job_env)
                 print("scale", json.dumps(results["scale"]), flush=True)
-            if args.kills:
-                ckpt = work / "ckpt-kills"
-                ckpt.mkdir()
-                platform.submit("kills", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=2,
-                                max_replicas=args.world, compute=args.compute, restarts=10 * args.kills, env=job_env)
-                rounds = []
-                for i in range(args.kills):
-                    rounds.append(recovery_round(platform, "kills", ckpt, args.world, rng))
-                    print(f"kill {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rounds[-1].items()
-                                                         if k.endswith("_s")), flush=True)
-                platform.cli("job", "delete", "kills")
-                summary = {k: {"p50": pct([r[k] for r in rounds], 0.5), "p90": pct([r[k] for r in rounds], 0.9),
-                               "max": max(r[k] for r in rounds)} for k in ("detect_s", "rendezvous_s", "first_step_s")}
-                results["recovery"] = summary
-                results["step_seconds"] = steady_step_seconds(steps(ckpt), args.world)
-                print(json.dumps(summary, indent=1), flush=True)
-            for i, every in enumerate(args.goodput):
-                name = f"goodput-{int(every)}" + (f"-{i}" if args.goodput.count(every) > 1 else "")
-                ckpt = work / f"ckpt-{name}"
-                ckpt.mkdir()
-                platform.submit(name, ckpt=ckpt, steps=args.goodput_steps, step_sleep=args.step_sleep,
-                                min_replicas=2, max_replicas=args.world, compute=args.compute, restarts=1000,
-                                env=job_env)
-                wait_until(platform.running_with(name, args.world), timeout=120, interval=0.2, what="running")
-                kills, next_kill = 0, time.monotonic() + every
-                while True:
-                    r = platform.record(name)
-                    if r is not None and r.state.phase in (P.JOB_PHASE_SUCCEEDED, P.JOB_PHASE_FAILED):
-                        break
-                    if time.monotonic() >= next_kill and r is not None and r.state.phase == P.JOB_PHASE_RUNNING:
-                        kill_one(platform, name, rng)
-                        kills += 1
-                        next_kill = time.monotonic() + every
-                    time.sleep(0.2)
-                log = steps(ckpt)
-                wall = log[-1][2] - log[0][2]
-                useful = args.goodput_steps * steady_step_seconds(log, args.world)
-                results[name] = {"phase": r.state.phase, "kills": kills, "wall_s": wall,
-                                 "goodput": useful / wall, "controller_goodput": r.state.goodput_ratio,
-                                 "steps_logged": len(log)}
-                print(name, json.dumps(results[name]), flush=True)
+            for launcher in args.launcher:
+                results[launcher] = failure_phases(platform, args, work, job_env, launcher, rng)
     print(json.dumps(results, indent=1))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
