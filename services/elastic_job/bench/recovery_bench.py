@@ -33,6 +33,7 @@ same platform (``torch-inprocess``: ``train_inprocess.py``, the same job on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -71,9 +72,10 @@ def kill_one(platform, name: str, rng: random.Random) -> tuple[float, int]:  # t
 
 
 def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Random) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    before = len(steps(ckpt))
     wait_until(platform.running_with(name, world), timeout=120, interval=0.2, what="full world")
-    wait_until(lambda: len(steps(ckpt)) >= before + 10, timeout=120, interval=0.2, what="progress")
+    before = len(steps(ckpt))  # progress at the full world: not a kill in the moment its round closes
+    wait_until(lambda: len(log := steps(ckpt)) >= before + 10 and all(s[1] == world for s in log[-10:]),
+               timeout=120, interval=0.2, what="progress")
     killed, restarts = kill_one(platform, name, rng)
     wall_killed = time.time()
     detected = wait_until(lambda: (r := platform.record(name)) is not None and r.state.restarts > restarts and r,
@@ -84,7 +86,8 @@ def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Rand
     t_rdzv = time.monotonic() - killed
     first = wait_until(lambda: next((s for s in steps(ckpt) if s[2] > wall_killed + t_rdzv), None),
                        timeout=120, interval=0.05, what="a step after the rendezvous")
-    resumed = next(s for s in steps(ckpt) if s[2] > wall_killed)
+    # A step already under way when the kill came finishes at the full world: not a resumption.
+    resumed = next((s for s in steps(ckpt) if s[2] > wall_killed and s[1] < world), first)
     return {"detect_s": t_detect, "rendezvous_s": t_rdzv, "first_step_s": first[2] - wall_killed,
             "resumed_s": resumed[2] - wall_killed,
             "recovering": float(detected.state.phase == P.JOB_PHASE_RECOVERING)}
@@ -209,13 +212,15 @@ def main() -> None:
     ap.add_argument("--launcher", nargs="+", default=["torch-elastic"], choices=["torch-elastic", "torch-inprocess"],
                     help="the kills and goodput runs once per launcher (the --scale phase: the first)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--keep", type=Path, help="work in this new directory and leave it (logs, steps, workspaces)")
     args = ap.parse_args()
     rng = random.Random(1)
     job_env = {"DEVICE": args.device, "WIDTH": str(args.width)}
     up_args = ("--interceptor", args.interceptor) if args.interceptor else ()
     results: dict[str, object] = {"command": " ".join(sys.argv), "world": args.world}
-    with tempfile.TemporaryDirectory(prefix="alnair-recovery-") as tmp:
-        work = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="alnair-recovery-")))
+        work.mkdir(parents=True, exist_ok=True)
         env = {"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"} if args.scale else None
         with local_platform(work, args.gpus, env=env, up_args=up_args) as platform:
             if args.scale:

@@ -8,7 +8,8 @@ A worker killed with SIGKILL costs its peers one step, not their processes: they
 round, meet again without it (the host drops it at once: its process is gone) and go on
 from the step they had reached — the job goes Rescaling (2) and back to Running (3) when the
 replacement joins and receives their model. No step is redone, the survivors' pids never
-change, and the model ends as an undisturbed run's.
+change, and the model ends as an undisturbed run's. Scaled down by command, a trainer leaves
+after its step and exits 0; the others regroup without a failed collective.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
         # call is 1 s); torchrun's restart of every trainer takes 8-13 s here.
         assert resumed - killed_at < 20, f"the survivors took {resumed - killed_at:.1f} s to go on"
 
+        # Shrinking by command: the agent's SIGTERM makes a trainer leave after its step; the
+        # others regroup without a failed collective, and it exits 0 (no failure counted).
+        scaled = platform.cli("job", "scale", "warm", "2")
+        assert scaled.returncode == 0, scaled.stderr
+        shrunk = wait_until(platform.running_with("warm", 2), timeout=90, interval=0.5,
+                            what="the job Running with 2 after `alnair job scale warm 2`")
+        assert shrunk.state.restarts == 1
+        left = set(pids) | {w.uid for w in recovered.state.workers}
+        left -= {w.uid for w in shrunk.state.workers}
+        assert [(platform.data_dir / "workloads" / u / "exit_code").read_text().strip() for u in left
+                if u != victim] == ["0"]
+
         done = platform.finished("warm", timeout=180)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
 
@@ -71,10 +84,12 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
     # only the dead rank 0 had finished it), nothing skipped.
     assert set(gaps) <= {0, 1} and gaps.count(0) <= 1, [(i, g) for i, g in enumerate(gaps) if g != 1]
     assert {w for _, w, _ in steps(ckpt)} == {2, 3}
+    assert steps(ckpt)[-1][1] == 2
     joined = rounds(ckpt)
     for pid in survivors:  # the same processes before, during and after: never restarted
         sizes = iter(w for _, _, w in joined[pid])
         assert all(n in sizes for n in (3, 2, 3)), (pid, joined[pid])
+    assert any(joined[pid][-1][2] == 2 for pid in joined)  # the round after the scale-down
     newcomers = set(joined) - set(pids.values())
     assert len(newcomers) == 1 and joined[newcomers.pop()][0][2] == 3  # the replacement joined the 3
     final = torch.load(ckpt / "final.pt")

@@ -86,7 +86,7 @@ def test_the_job_grows_when_capacity_frees_and_shrinks_by_command(tmp_path: Path
     # One card: a 50 % workload leaves room for two 20 % workers; when it ends, for three.
     with local_platform(tmp_path, "sim:1x80", env={"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"}) as platform:
         blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute",
-                                    "50", "--data-dir", str(platform.data_dir), "--", "sleep", "25"],
+                                    "50", "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps,
@@ -95,7 +95,10 @@ def test_the_job_grows_when_capacity_frees_and_shrinks_by_command(tmp_path: Path
                             max_replicas=3, compute=20)
             wait_until(platform.running_with("grow", 2, after_step=5), timeout=120, interval=0.5,
                        what="the job Running with the 2 workers that fit beside the blocker")
-            assert blocker.wait(60) == 0
+            # Ended here, not by a timer: on a busy machine a timed blocker could end before
+            # the job started, which would then never run with 2.
+            blocker.send_signal(signal.SIGINT)  # Ctrl-C: `alnair run` withdraws its workload
+            blocker.wait(60)
         finally:
             blocker.kill()
         grown = wait_until(platform.running_with("grow", 3), timeout=90, interval=0.5,

@@ -63,6 +63,9 @@ class TrainerConfigError(ValueError):
 class ElasticTrainer:
     """Runs ``step_fn`` until ``steps``, across whatever rounds the job's membership needs.
 
+    ``collective_timeout_s``: the longest a collective waits for a peer that hangs (a dead
+    one fails it at once); ``join_timeout_s``: the longest a new round's group waits for a
+    member that died while the round closed.
     ``state``: what a joining worker must receive (model, optimizer, a sampler...), each with
     ``state_dict``/``load_state_dict``. ``step``: where to start (a checkpoint's step: the
     most advanced worker's state wins, so a newcomer may start anywhere). ``max_failed_rounds``:
@@ -70,12 +73,13 @@ class ElasticTrainer:
     (a bug in ``step_fn`` fails every round; a dead peer fails one)."""
 
     def __init__(self, state: Mapping[str, Stateful], *, step: int = 0, backend: str = "gloo",
-                 collective_timeout_s: float = 30.0, check_seconds: float = 0.5,
+                 collective_timeout_s: float = 30.0, join_timeout_s: float = 10.0, check_seconds: float = 0.5,
                  max_failed_rounds: int = 3, env: Mapping[str, str] | None = None) -> None:
         self.state = dict(state)
         self.step = step
         self.backend = backend
         self.collective_timeout = timedelta(seconds=collective_timeout_s)
+        self.join_timeout = timedelta(seconds=join_timeout_s)
         self.check_seconds = check_seconds
         self.max_failed_rounds = max_failed_rounds
         self.env = dict(os.environ if env is None else env)
@@ -121,7 +125,8 @@ class ElasticTrainer:
                     self._leave_rendezvous()
                     return
         finally:
-            restore()
+            if not self._stop_asked:  # leaving: a repeated SIGTERM must not kill it on its way out
+                restore()
 
     def _train(self, step_fn: Callable[[ElasticTrainer], None], steps: int) -> None:
         """Steps until the job is done or a vote ends the round."""
@@ -148,8 +153,11 @@ class ElasticTrainer:
             except RendezvousClosedError:
                 return False
             store, self.rank, self.world_size = info.store, info.rank, info.world_size
+        # Every member of a closed round starts its group at once; one that died meanwhile is
+        # waited for only join_timeout (the store cannot tell), not a collective's timeout.
         dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=self.world_size,
-                                timeout=self.collective_timeout)
+                                timeout=self.join_timeout)
+        dist.distributed_c10d.set_timeout(self.collective_timeout)  # gloo connected every pair
         self.rounds += 1
         self._sync_state()
         log.info("round %d: rank %d of %d at step %d", self.rounds, self.rank, self.world_size, self.step)
@@ -197,6 +205,13 @@ class ElasticTrainer:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        # torch names a default group after a process-wide counter (its keys in the store
+        # start with that name) that only destroy_process_group resets: a group that failed to
+        # start leaves it advanced, and the next one would be named unlike a newcomer's, whose
+        # first group it is — they would wait for each other's keys until the timeout.
+        world = getattr(dist.distributed_c10d, "_world", None)
+        if world is not None and not dist.is_initialized():
+            world.group_count = 0
 
     def _leave_rendezvous(self) -> None:
         """Out of the rendezvous at once, so the others' next round need not wait for this
@@ -249,6 +264,10 @@ def _handler(env: Mapping[str, str]) -> Any:
         if not sep:
             raise TrainerConfigError(f"{CONF_ENV} item {item!r} is not key=value")
         conf[key.strip()] = value.strip()
+    # A round's rank 0 publishes its address the moment the round closes, and the others wait
+    # for it with the store's read timeout: torch's 60 s would be how long a rank 0 that died
+    # right then holds its peers.
+    conf.setdefault("read_timeout", "10")
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
