@@ -5,7 +5,7 @@ rendezvous pod (``python3 -c <rendezvous_host.py>``). What is checked: each Dock
 generator's current output; it builds FROM the pinned PyTorch base, whose torch is the one in
 uv.lock (the version the rendezvous host and WORKER_ENV are tested with); the shipped stage
 runs as a numeric non-root user, sets WORKER_ENV and checks python3 and torchrun at build
-time; nothing of the repository is copied in (no Alnair package, no bus credentials); the MPI
+time; of the repository only alnair_trainer is copied in (no bus client, no bus credentials); the MPI
 variant installs Open MPI and mpi4py and runs as non-root on TCP; the RDMA variant is the MPI
 one plus rdma-core and libibverbs with its providers. No image is built here.
 """
@@ -125,16 +125,21 @@ def test_worker_image_runs_as_non_root_with_worker_env_and_torchrun(name: str) -
 
 
 @pytest.mark.parametrize("name", WORKERS)
-def test_worker_image_takes_nothing_from_the_repository(name: str) -> None:
-    """Workers need no Alnair package and no bus credentials: nothing is copied, the context is empty."""
+def test_worker_image_takes_only_the_trainer_library_from_the_repository(name: str) -> None:
+    """Workers need no bus client and no bus credentials: the one thing copied is alnair_trainer
+    (torch-inprocess's trainer, which imports no Alnair package), and the context is that alone."""
     dockerfile = IMAGES / name / "Dockerfile"
-    assert copied_sources(dockerfile) == set(), f"{dockerfile}: copies {copied_sources(dockerfile)} from the context"
+    trainer = "libs/trainer/src/alnair_trainer"
+    copied = copied_sources(dockerfile)
+    assert copied == {trainer}, f"{dockerfile}: copies {copied} from the context"
+    assert (REPO / trainer / "__init__.py").is_file()
     for word, args in instructions(dockerfile):
         assert word != "ADD", f"{dockerfile}: ADD {args}"
         assert not re.search(r"\b(uv|pip)\b.*\balnair", args), f"{dockerfile}: installs an Alnair package: {args}"
     ignore = (IMAGES / name / "Dockerfile.dockerignore").read_text().splitlines()
-    assert "*" in ignore and not [line for line in ignore if line.startswith("!")], (
-        f"images/{name}: the build context must be empty")
+    assert "*" in ignore and [line for line in ignore if line.startswith("!")] == [f"!{trainer}"], (
+        f"images/{name}: the build context must be the trainer library alone")
+    assert "import alnair_trainer" in checks_as_user(runtime(name)), f"images/{name}: alnair_trainer not checked"
 
 
 @pytest.mark.parametrize("name", ["worker-mpi", "worker-rdma"])
