@@ -31,10 +31,19 @@ from alnair_common.testing import wait_for
 from alnair_common.testing.kube import KubeNamespace
 from alnair_common.testing.kwok import KwokNodes
 from alnair_elastic_job import WorkerExited, job_key, worker_input
-from alnair_kube_bridge._job_objects import GENERATION_ANNOTATION, HOST_SCRIPT, gang_name, rendezvous_pod, worker_pod
+from alnair_kube_bridge._job_objects import (
+    GENERATION_ANNOTATION,
+    HOST_SCRIPT,
+    gang_name,
+    rendezvous_pod,
+    worker_pod,
+)
+from alnair_kube_bridge._job_objects import (
+    endpoint as gang_endpoint,
+)
 from alnair_kube_bridge._job_rounds import rounds_in
 from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
-from alnair_lifecycle import WORKER_ENV, worker_command, worker_labels
+from alnair_lifecycle import WORKER_ENV, worker_command, worker_env, worker_labels
 
 J = job_pb2
 GROUP, VERSION, PLURAL = "alnair.centaurus.io", "v1alpha1", "podgroups"
@@ -289,15 +298,26 @@ async def _at_least(probe, n: int):  # type: ignore[no-untyped-def]
     return found if len(found) >= n else None
 
 
+# What a worker runs: a real torchrun trainer, or a torch-inprocess one (alnair_trainer).
+GANG_COMMANDS = {
+    J.LAUNCHER_TORCH_ELASTIC: "import torch.distributed as d; d.init_process_group('gloo'); d.barrier(); "
+                              "d.destroy_process_group()",
+    J.LAUNCHER_TORCH_INPROCESS: "import torch.distributed as d; from alnair_trainer import ElasticTrainer; "
+                                "ElasticTrainer({}).run(lambda t: d.barrier(), steps=3)",
+}
+
+
 @pytest.mark.timeout(180)
-def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", list(GANG_COMMANDS), ids=["torch-elastic", "torch-inprocess"])
+def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_path: Path, launcher: int) -> None:
     """What kwok cannot run: the rendezvous pod's two containers, as processes with the test's
-    PyTorch (for python3), hosting two real torchrun workers; the second container's output
-    (the pod's log) holds the closed round, as the relay reads it."""
+    PyTorch (for python3), hosting two real workers as the worker pod starts them (its
+    command and environment); the second container's output (the pod's log) holds the closed
+    round, as the relay reads it."""
     p = plan("default", 1, target=2)
+    p.spec.launcher = launcher
     p.spec.min_replicas = p.spec.max_replicas = 2
-    p.spec.command[:] = [sys.executable, "-c", "import torch.distributed as d; d.init_process_group('gloo'); "
-                         "d.barrier(); d.destroy_process_group()"]
+    p.spec.command[:] = [sys.executable, "-c", GANG_COMMANDS[launcher]]
     owner = {"apiVersion": "v1", "kind": "Service", "name": "x", "uid": "u", "controller": True}
     host, follower = rendezvous_pod(p, "default", "resnet", owned_by=owner)["spec"]["containers"]
     port, rdzv = free_port(), tmp_path / "rdzv"
@@ -307,7 +327,15 @@ def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_
         out = [sys.executable if a == "python3" else a.replace("/tmp/rdzv", str(rdzv)) for a in argv]
         return [str(port) if a == "29400" else a for a in out]
 
-    env = {**os.environ, **WORKER_ENV, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    in_pod = gang_endpoint(gang_name("resnet", p.rendezvous_id), "default")
+    [container] = worker_pod(p, "default", "resnet", scheduler_name="alnair-scheduler", owned_by=owner,
+                             pod_group=None)["spec"]["containers"]
+    assert container["command"] == worker_command(p, in_pod)
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        **worker_env(p, in_pod), "ALNAIR_PROGRESS_FILE": "/alnair/progress/step"}
+    if launcher == J.LAUNCHER_TORCH_INPROCESS:  # the trainer itself, told where to meet
+        assert container["command"] == list(p.spec.command)
+        assert worker_env(p, in_pod)["ALNAIR_RDZV_ENDPOINT"] == in_pod
     procs = [subprocess.Popen(local(host["command"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen(local(follower["command"]), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)]
     try:
@@ -315,8 +343,11 @@ def test_the_rendezvous_pods_commands_host_a_real_gang_and_print_its_rounds(tmp_
         while not (rdzv / "endpoint").exists():
             assert time.monotonic() < deadline and procs[0].poll() is None, "the host did not start"
             time.sleep(0.2)
-        argv = worker_command(p, f"127.0.0.1:{port}")
-        argv[0] = str(Path(sys.executable).with_name("torchrun"))
+        here = f"127.0.0.1:{port}"
+        argv = worker_command(p, here)
+        if argv[0] == "torchrun":
+            argv[0] = str(Path(sys.executable).with_name("torchrun"))
+        env = {**os.environ, **worker_env(p, here), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         started = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                    for _ in range(2)]
         for w in started:
