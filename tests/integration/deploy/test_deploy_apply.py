@@ -179,7 +179,7 @@ def example_docs(path: Path) -> list[dict[str, Any]]:
 
 def test_examples_are_accepted(kube: KubeNamespace) -> None:
     docs = [d for p in sorted((K8S / "examples").glob("*.yaml")) for d in example_docs(p)]
-    assert {d["kind"] for d in docs} == {"Pod", "PodGroup", "Dataset"}
+    assert {d["kind"] for d in docs} == {"Pod", "PodGroup", "Dataset", "TrainingJob"}
     done = kubectl_apply(kube, docs)
     assert done.returncode == 0, f"the examples were refused:\n{done.stderr}"
     pod = yaml.safe_load(kube.kubectl("get", "pod", "fractional-gpu-train", "-o", "yaml"))
@@ -192,6 +192,9 @@ def test_examples_are_accepted(kube: KubeNamespace) -> None:
     assert len(members) == group["spec"]["minMember"]
     dataset = yaml.safe_load(kube.kubectl("get", "dataset", "imagenet", "-o", "yaml"))
     assert (dataset["spec"]["pin"], dataset["spec"]["replicas"], dataset["spec"]["tier"]) == (True, 1, "redis")
+    launchers = {n: yaml.safe_load(kube.kubectl("get", "trainingjob", n, "-o", "yaml"))["spec"]["launcher"]
+                 for n in ("resnet", "bert-warm")}
+    assert launchers == {"resnet": "torch-elastic", "bert-warm": "torch-inprocess"}
 
 
 def invalid_examples(kind: str) -> list[tuple[str, dict[str, Any]]]:

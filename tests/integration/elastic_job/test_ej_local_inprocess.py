@@ -80,9 +80,13 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
     log = [s for s, _, _ in steps(ckpt)]
     assert log[0] == 1 and log[-1] == total
     gaps = [b - a for a, b in zip(log, log[1:], strict=False)]
-    # Never back to a checkpoint: at most the step the kill interrupted is done again (when
-    # only the dead rank 0 had finished it), nothing skipped.
-    assert set(gaps) <= {0, 1} and gaps.count(0) <= 1, [(i, g) for i, g in enumerate(gaps) if g != 1]
+    # Never back to a checkpoint. Only rank 0 writes this log, so the kill may leave one mark:
+    # the interrupted step done again (only the dead rank 0 had finished it) or one step
+    # unlogged (rank 0 died between the step's all-reduce and its line). That no step was
+    # redone or skipped beyond it is the final model's check below: each step applies a
+    # different batch.
+    odd = [(i, g) for i, g in enumerate(gaps) if g != 1]
+    assert len(odd) <= 1 and set(gaps) <= {0, 1, 2}, odd
     assert {w for _, w, _ in steps(ckpt)} == {2, 3}
     assert steps(ckpt)[-1][1] == 2
     joined = rounds(ckpt)

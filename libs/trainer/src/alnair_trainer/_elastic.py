@@ -63,14 +63,14 @@ class TrainerConfigError(ValueError):
 class ElasticTrainer:
     """Runs ``step_fn`` until ``steps``, across whatever rounds the job's membership needs.
 
-    ``collective_timeout_s``: the longest a collective waits for a peer that hangs (a dead
-    one fails it at once); ``join_timeout_s``: the longest a new round's group waits for a
-    member that died while the round closed.
     ``state``: what a joining worker must receive (model, optimizer, a sampler...), each with
     ``state_dict``/``load_state_dict``. ``step``: where to start (a checkpoint's step: the
-    most advanced worker's state wins, so a newcomer may start anywhere). ``max_failed_rounds``:
-    rounds in a row that fail before completing a step, after which the error is the caller's
-    (a bug in ``step_fn`` fails every round; a dead peer fails one)."""
+    most advanced worker's state wins, so a newcomer may start anywhere).
+    ``collective_timeout_s``: the longest a collective waits for a peer that hangs (a dead
+    one fails it at once). ``join_timeout_s``: the longest a new round's group waits for a
+    member that died while the round closed. ``max_failed_rounds``: rounds in a row that fail
+    before completing a step, after which the error is the caller's (a bug in ``step_fn``
+    fails every round; a dead peer fails one)."""
 
     def __init__(self, state: Mapping[str, Stateful], *, step: int = 0, backend: str = "gloo",
                  collective_timeout_s: float = 30.0, join_timeout_s: float = 10.0, check_seconds: float = 0.5,
@@ -93,8 +93,6 @@ class ElasticTrainer:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self, step_fn: Callable[[ElasticTrainer], None], steps: int) -> None:
-        import torch.distributed as dist
-
         self._handler = _handler(self.env)
         restore = self._catch_sigterm()
         failed_in_a_row = 0
@@ -114,8 +112,7 @@ class ElasticTrainer:
                     log.warning("round %d failed at step %d (%s): joining the next", self.rounds, self.step, e)
                     continue
                 failed_in_a_row = 0
-                if self.step >= steps:
-                    dist.barrier()  # nobody closes the rendezvous while a peer still trains
+                if self.step >= steps:  # the last step's vote passed: every peer is done too
                     self._leave_group()
                     if self.rank == 0 and self._handler is not None:
                         self._handler.shutdown()  # closed: a worker still waiting to join returns
@@ -125,7 +122,12 @@ class ElasticTrainer:
                     self._leave_rendezvous()
                     return
         finally:
-            if not self._stop_asked:  # leaving: a repeated SIGTERM must not kill it on its way out
+            if self._stop_asked:
+                # Leaving: a repeated SIGTERM (the adapter sends more than one) must not kill
+                # it on its way out, and Python restores the default action of a signal with a
+                # Python handler while it shuts down; an ignored one stays ignored.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            else:
                 restore()
 
     def _train(self, step_fn: Callable[[ElasticTrainer], None], steps: int) -> None:

@@ -84,7 +84,7 @@ def _checked_scale(job: TrainingJob, n: int) -> int:
     if not job.elastic:
         raise TransitionError(f"job {job.name} has a fixed world size of {job.min_replicas} "
                               f"(launcher {job.launcher.value}, minReplicas == maxReplicas); resubmit "
-                              "it with launcher: torch-elastic and a wider range to scale it")
+                              "it with launcher: torch-elastic (or torch-inprocess) and a wider range to scale it")
     if not job.min_replicas <= n <= job.max_replicas:
         raise TransitionError(f"job {job.name} may have {job.min_replicas}..{job.max_replicas} "
                               f"workers (spec.minReplicas..spec.maxReplicas), not {n}")
