@@ -9,7 +9,9 @@ round, meet again without it (the host drops it at once: its process is gone) an
 from the step they had reached — the job goes Rescaling (2) and back to Running (3) when the
 replacement joins and receives their model. No step is redone, the survivors' pids never
 change, and the model ends as an undisturbed run's. Scaled down by command, a trainer leaves
-after its step and exits 0; the others regroup without a failed collective.
+after its step and exits 0; the others regroup without a failed collective. A killed
+rendezvous host ends every trainer's rendezvous: the job restarts as a new gang, with a new
+host, from its last checkpoint (what the trainers kept in memory is lost with them).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from local_jobs import P, local_platform, steps, undisturbed
+from local_jobs import CKPT_EVERY, P, local_platform, steps, undisturbed
 
 from alnair_common.testing import wait_until
 
@@ -37,7 +39,7 @@ def rounds(ckpt: Path) -> dict[int, list[tuple[int, int, int]]]:
 
 @pytest.mark.timeout(420)
 def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: Path) -> None:
-    ckpt, total = tmp_path / "ckpt", 200
+    ckpt, total = tmp_path / "ckpt", 320
     ckpt.mkdir()
     with local_platform(tmp_path, "sim:3x80") as platform:
         platform.submit("warm", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=2, max_replicas=3,
@@ -74,11 +76,28 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
         assert [(platform.data_dir / "workloads" / u / "exit_code").read_text().strip() for u in left
                 if u != victim] == ["0"]
 
+        shrunk_at = time.time()
+        wait_until(lambda: any(t > shrunk_at and w == 2 for _, w, t in steps(ckpt)), timeout=60, interval=0.2,
+                   what="a step with a world of 2 after the scale-down")
+        before_host, joined = steps(ckpt), rounds(ckpt)
+
+        # Killing the rendezvous host ends every trainer's rendezvous: the job restarts as a
+        # new gang, with a new host, from the last checkpoint.
+        host = platform.rendezvous_host_pid("warm")
+        assert host is not None, "no running rendezvous host found"
+        os.kill(host, signal.SIGKILL)
+        wait_until(platform.running_with("warm", 2, restarts=2), timeout=120, interval=0.5,
+                   what="the job Running again after its rendezvous host was killed")
+        assert P.JOB_PHASE_RECOVERING in [p for p, _ in platform.transitions("warm")]
+        assert platform.rendezvous_host_pid("warm") not in (None, host)
+
         done = platform.finished("warm", timeout=180)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
 
-    log = [s for s, _, _ in steps(ckpt)]
-    assert log[0] == 1 and log[-1] == total
+    after_host = steps(ckpt)[len(before_host):]
+    assert after_host[0][0] >= before_host[-1][0] - CKPT_EVERY and after_host[-1][0] == total
+    log = [s for s, _, _ in before_host]
+    assert log[0] == 1
     gaps = [b - a for a, b in zip(log, log[1:], strict=False)]
     # Never back to a checkpoint. Only rank 0 writes this log, so the kill may leave one mark:
     # the interrupted step done again (only the dead rank 0 had finished it) or one step
@@ -87,9 +106,7 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
     # different batch.
     odd = [(i, g) for i, g in enumerate(gaps) if g != 1]
     assert len(odd) <= 1 and set(gaps) <= {0, 1, 2}, odd
-    assert {w for _, w, _ in steps(ckpt)} == {2, 3}
-    assert steps(ckpt)[-1][1] == 2
-    joined = rounds(ckpt)
+    assert {w for _, w, _ in before_host} == {2, 3} and before_host[-1][1] == 2
     for pid in survivors:  # the same processes before, during and after: never restarted
         sizes = iter(w for _, _, w in joined[pid])
         assert all(n in sizes for n in (3, 2, 3)), (pid, joined[pid])

@@ -67,13 +67,15 @@ class ElasticTrainer:
     ``state_dict``/``load_state_dict``. ``step``: where to start (a checkpoint's step: the
     most advanced worker's state wins, so a newcomer may start anywhere).
     ``collective_timeout_s``: the longest a collective waits for a peer that hangs (a dead
-    one fails it at once). ``join_timeout_s``: the longest a new round's group waits for a
+    one fails it at once): longer than the longest step or checkpoint save, since peers wait
+    in the step's vote meanwhile; a hung worker is also the controller's stall detector's to
+    find (``ALNAIR_PROGRESS_FILE``). ``join_timeout_s``: the longest a new round's group waits for a
     member that died while the round closed. ``max_failed_rounds``: rounds in a row that fail
     before completing a step, after which the error is the caller's (a bug in ``step_fn``
     fails every round; a dead peer fails one)."""
 
     def __init__(self, state: Mapping[str, Stateful], *, step: int = 0, backend: str = "gloo",
-                 collective_timeout_s: float = 30.0, join_timeout_s: float = 10.0, check_seconds: float = 0.5,
+                 collective_timeout_s: float = 120.0, join_timeout_s: float = 10.0, check_seconds: float = 0.5,
                  max_failed_rounds: int = 3, env: Mapping[str, str] | None = None) -> None:
         self.state = dict(state)
         self.step = step
