@@ -47,7 +47,7 @@ PUBLIC: dict[str, list[str]] = {
         "worker_labels"
     ],
     "alnair_trainer": [
-        "CONF_ENV", "ENDPOINT_ENV", "ID_ENV", "NODES_ENV", "PROGRESS_ENV", "ElasticTrainer", "Stateful",
+        "CONF_ENV", "ENDPOINT_ENV", "ElasticTrainer", "ID_ENV", "NODES_ENV", "PROGRESS_ENV", "Stateful",
         "TrainerConfigError"
     ],
     "alnair_opendata": [

@@ -71,11 +71,13 @@ def kill_one(platform, name: str, rng: random.Random) -> tuple[float, int]:  # t
     return t, record.state.restarts
 
 
-def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Random) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def recovery_round(platform, name: str, ckpt: Path, world: int, rng: random.Random,  # type: ignore[no-untyped-def]
+                   steady: bool = True) -> dict[str, float]:
     wait_until(platform.running_with(name, world), timeout=120, interval=0.2, what="full world")
-    before = len(steps(ckpt))  # progress at the full world: not a kill in the moment its round closes
-    wait_until(lambda: len(log := steps(ckpt)) >= before + 10 and all(s[1] == world for s in log[-10:]),
-               timeout=120, interval=0.2, what="progress")
+    if steady:  # progress at the full world: not a kill in the moment its round closes
+        before = len(steps(ckpt))
+        wait_until(lambda: len(log := steps(ckpt)) >= before + 10 and all(s[1] == world for s in log[-10:]),
+                   timeout=120, interval=0.2, what="progress")
     killed, restarts = kill_one(platform, name, rng)
     wall_killed = time.time()
     detected = wait_until(lambda: (r := platform.record(name)) is not None and r.state.restarts > restarts and r,
@@ -157,7 +159,8 @@ def failure_phases(platform, args, work: Path, job_env: dict[str, str], launcher
                         launcher=launcher)
         rounds = []
         for i in range(args.kills):
-            rounds.append(recovery_round(platform, f"{tag}kills", ckpt, args.world, rng))
+            rounds.append(recovery_round(platform, f"{tag}kills", ckpt, args.world, rng,
+                                         steady=args.kill_at == "steady"))
             print(f"{launcher} kill {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rounds[-1].items()
                                                           if k.endswith("_s")), flush=True)
         platform.cli("job", "delete", f"{tag}kills")
@@ -212,6 +215,9 @@ def main() -> None:
     ap.add_argument("--launcher", nargs="+", default=["torch-elastic"], choices=["torch-elastic", "torch-inprocess"],
                     help="the kills and goodput runs once per launcher (the --scale phase: the first)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--kill-at", choices=["steady", "round"], default="steady",
+                    help="steady: after 10 steps at the full world; round: as soon as the job runs at its full "
+                         "world again, while the new round's groups start (the worst moment to lose a member)")
     ap.add_argument("--keep", type=Path, help="work in this new directory and leave it (logs, steps, workspaces)")
     args = ap.parse_args()
     rng = random.Random(1)
