@@ -31,6 +31,7 @@ from alnair_common import Bus, PermanentError, get_logger, subjects
 from alnair_lifecycle import (
     JOB_LABEL,
     JOB_NAMESPACE_LABEL,
+    RENDEZVOUS_LABEL,
     plan_changes,
     worker_command,
     worker_env,
@@ -86,12 +87,18 @@ class JobWorkers:
             if plan.generation <= files.applied():
                 return  # redelivered, or older than one carried out
             live = await self._live(namespace, spec.name)
-            changes = plan_changes(plan, live, pending=[u for u, w in live.items()
-                                                         if w.phase == P.WORKLOAD_PHASE_PENDING])
-            for uid in changes.stop:
+            # A worker of an earlier gang can never join this one (it meets in the old
+            # rendezvous): it is stopped, not counted. The controller may not know it: one
+            # made for the old gang just before its host died is still unplaced.
+            stale = sorted(u for u, w in live.items() if plan.rendezvous_id
+                           and w.labels.get(RENDEZVOUS_LABEL, plan.rendezvous_id) != plan.rendezvous_id)
+            current = {u: w for u, w in live.items() if u not in stale}
+            changes = plan_changes(plan, current, pending=[u for u, w in current.items()
+                                                            if w.phase == P.WORKLOAD_PHASE_PENDING])
+            for uid in [*stale, *changes.stop]:
                 await self._stop(live[uid])
             job = self.jobs.setdefault(f"{namespace}.{spec.name}", _Job(namespace, spec.name))
-            job.workers = set(live) - set(changes.stop)
+            job.workers = set(current) - set(changes.stop)
             if changes.create:
                 env = files.environment()
                 if env is None:
