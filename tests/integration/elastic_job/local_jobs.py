@@ -110,6 +110,17 @@ class Platform:
                 return pid
         return None
 
+    def kill_rendezvous_host(self, name: str, world: int, restarts: int) -> None:
+        """SIGKILL the job's rendezvous host: every worker loses its rendezvous, so the job
+        must restart as a new gang (Recovering) with a new host and run with ``world``."""
+        host = self.rendezvous_host_pid(name)
+        assert host is not None, "no running rendezvous host found"
+        os.kill(host, signal.SIGKILL)
+        wait_until(self.running_with(name, world, restarts=restarts), timeout=120, interval=0.5,
+                   what="the job Running again after its rendezvous host was killed")
+        assert P.JOB_PHASE_RECOVERING in [p for p, _ in self.transitions(name)]
+        assert self.rendezvous_host_pid(name) not in (None, host)
+
     def nats_violations(self) -> list[str]:
         return [ln for ln in (self.data_dir / "logs" / "nats-server.log").read_text().splitlines()
                 if "Violation" in ln]
@@ -165,3 +176,20 @@ def undisturbed(ckpt: Path, total: int) -> Path:
                    env={**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(total), "STEP_SLEEP": "0"})
     (ckpt / "seconds").write_text(f"{time.monotonic() - began:.3f}\n")
     return ckpt
+
+
+def assert_trained_like_undisturbed(platform: Platform, ckpt: Path, total: int) -> None:
+    """The job ended at ``total``, never went back more than a checkpoint interval, and
+    its model is an undisturbed one-rank run's (the trajectory does not depend on the world
+    size)."""
+    import torch  # the test's, loaded only by the tests that train
+
+    log = steps(ckpt)
+    assert log[-1][0] == total
+    for (a, _, _), (b, _, _) in zip(log, log[1:], strict=False):
+        assert b >= a - CKPT_EVERY, f"global step went back from {a} to {b}: more than a checkpoint interval"
+    final = torch.load(ckpt / "final.pt")
+    reference = torch.load(undisturbed(platform.work / "reference", total) / "final.pt")
+    for k, v in reference.items():
+        assert torch.allclose(final[k], v, atol=1e-5), (k, final[k], v)
+    assert not platform.nats_violations()

@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from local_jobs import CKPT_EVERY, P, local_platform, steps, undisturbed
+from local_jobs import CKPT_EVERY, P, assert_trained_like_undisturbed, local_platform, steps
 
 from alnair_common.testing import wait_until
 
@@ -83,13 +82,7 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
 
         # Killing the rendezvous host ends every trainer's rendezvous: the job restarts as a
         # new gang, with a new host, from the last checkpoint.
-        host = platform.rendezvous_host_pid("warm")
-        assert host is not None, "no running rendezvous host found"
-        os.kill(host, signal.SIGKILL)
-        wait_until(platform.running_with("warm", 2, restarts=2), timeout=120, interval=0.5,
-                   what="the job Running again after its rendezvous host was killed")
-        assert P.JOB_PHASE_RECOVERING in [p for p, _ in platform.transitions("warm")]
-        assert platform.rendezvous_host_pid("warm") not in (None, host)
+        platform.kill_rendezvous_host("warm", 2, restarts=2)
 
         done = platform.finished("warm", timeout=180)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
@@ -113,8 +106,4 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
     assert any(joined[pid][-1][2] == 2 for pid in joined)  # the round after the scale-down
     newcomers = set(joined) - set(pids.values())
     assert len(newcomers) == 1 and joined[newcomers.pop()][0][2] == 3  # the replacement joined the 3
-    final = torch.load(ckpt / "final.pt")
-    reference = torch.load(undisturbed(platform.work / "reference", total) / "final.pt")
-    for k, v in reference.items():
-        assert torch.allclose(final[k], v, atol=1e-5), (k, final[k], v)
-    assert not platform.nats_violations()
+    assert_trained_like_undisturbed(platform, ckpt, total)

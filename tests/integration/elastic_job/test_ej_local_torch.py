@@ -19,22 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from local_jobs import ALNAIR, CKPT_EVERY, P, Platform, local_platform, steps, undisturbed
+from local_jobs import ALNAIR, P, assert_trained_like_undisturbed, local_platform, steps
 
 from alnair_common.testing import wait_until
-
-
-def assert_trained_like_undisturbed(platform: Platform, ckpt: Path, total: int) -> None:
-    log = steps(ckpt)
-    assert log[-1][0] == total
-    for (a, _, _), (b, _, _) in zip(log, log[1:], strict=False):
-        assert b >= a - CKPT_EVERY, f"global step went back from {a} to {b}: more than a checkpoint interval"
-    final = torch.load(ckpt / "final.pt")
-    reference = torch.load(undisturbed(platform.work / "reference", total) / "final.pt")
-    for k, v in reference.items():
-        assert torch.allclose(final[k], v, atol=1e-5), (k, final[k], v)
-    assert not platform.nats_violations()
 
 
 @pytest.mark.timeout(420)
@@ -64,13 +51,7 @@ def test_a_killed_worker_and_a_killed_rendezvous_host_are_recovered_from_the_che
         recovery = time.monotonic() - killed_at
         assert recovery < 60, f"recovery took {recovery:.1f} s (documented bound: 60 s for CPU jobs)"
 
-        host = platform.rendezvous_host_pid("linreg")
-        assert host is not None, "no running rendezvous host found"
-        os.kill(host, signal.SIGKILL)  # every worker loses its rendezvous: a new gang, a new host
-        wait_until(platform.running_with("linreg", 3, restarts=2), timeout=120, interval=0.5,
-                   what="the job Running again after its rendezvous host was killed")
-        assert P.JOB_PHASE_RECOVERING in [p for p, _ in platform.transitions("linreg")]
-        assert platform.rendezvous_host_pid("linreg") not in (None, host)
+        platform.kill_rendezvous_host("linreg", 3, restarts=2)
 
         done = platform.finished("linreg", timeout=180)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
