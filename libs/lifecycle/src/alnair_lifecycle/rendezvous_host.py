@@ -83,9 +83,9 @@ def evicted(value: bytes, here: str, alive=_alive) -> bytes | None:  # type: ign
     if not value or value == _EMPTY:
         return None
     state = _load(value)
-    gone = [n for n in state.last_heartbeats if n.addr == here and not alive(int(n.pid))]
     long_ago = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    gone = [n for n in gone if state.last_heartbeats[n] != long_ago]
+    gone = [n for n, heard in state.last_heartbeats.items()
+            if heard != long_ago and n.addr == here and not alive(int(n.pid))]
     if not gone:
         return None
     for node in gone:
@@ -128,8 +128,8 @@ def main(argv: list[str]) -> int:
             value = store.get(key) if store.check([key]) else b""
             if args.evict_dead_local:
                 fresh = evicted(value, here)
-                if fresh is not None:  # lost to a worker's own write: next poll looks again
-                    store.compare_set(key, value.decode(), fresh.decode())
+                # Lost to a worker's own write: the next poll looks again.
+                if fresh is not None and store.compare_set(key, value.decode(), fresh.decode()) == fresh:
                     print("dropped a member whose process is gone", flush=True)
             found = closed_round(value)
         except (pickle.UnpicklingError, ValueError, EOFError, AttributeError) as e:
