@@ -41,6 +41,20 @@ def test_alone_it_trains_as_a_world_of_one_from_the_given_step(tmp_path: Path) -
     assert not dist.is_initialized()  # it leaves its process group behind
 
 
+def test_collectives_get_the_collective_timeout_after_the_join() -> None:
+    """The group starts with join_timeout_s and then gets collective_timeout_s: through
+    ``set_timeout`` (public since torch 2.15), or ``_set_pg_timeout`` before it (PyTorch 2.11
+    on the H200, where this file runs too: scripts/gpu/README.md)."""
+    seen = []
+
+    def step(t: ElasticTrainer) -> None:
+        group = dist.distributed_c10d._get_default_group()
+        seen.append(group._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+
+    ElasticTrainer({}, join_timeout_s=7, collective_timeout_s=42).run(step, steps=1)
+    assert seen == [42.0]
+
+
 def test_a_step_that_always_fails_is_the_callers_error_after_a_few_rounds() -> None:
     calls = []
 

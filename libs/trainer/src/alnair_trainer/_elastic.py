@@ -27,6 +27,11 @@ Environment (set by the adapter from the job; see ``alnair_lifecycle.worker_env`
 ``ALNAIR_RDZV_NODES`` (``min:max``), ``ALNAIR_RDZV_CONF`` (torch's rendezvous options,
 ``k=v,...``) and ``ALNAIR_PROGRESS_FILE`` (``<step> <seconds>`` after every step). Without
 ``ALNAIR_RDZV_ENDPOINT`` the trainer runs alone, a world of one (the same script, run by hand).
+
+Run on torch 2.15 (CI) and 2.11 (the H200). It relies on a few torch details that torch does
+not promise (its rendezvous exit op, the default group's counter, the timeout setter, which
+was private before 2.15); ``services/elastic_job/bench/torch_private_check.py`` checks them
+on the torch installed, and is the first thing to run after a torch upgrade.
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ class ElasticTrainer:
         # waited for only join_timeout (the store cannot tell), not a collective's timeout.
         dist.init_process_group(self.backend, store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=self.join_timeout)
-        dist.distributed_c10d.set_timeout(self.collective_timeout)  # gloo connected every pair
+        _set_collective_timeout(self.collective_timeout)  # gloo connected every pair
         self.rounds += 1
         self._sync_state()
         log.info("round %d: rank %d of %d at step %d", self.rounds, self.rank, self.world_size, self.step)
@@ -249,6 +254,15 @@ class ElasticTrainer:
         signal.signal(signal.SIGTERM, asked)
         return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+
+
+def _set_collective_timeout(timeout: timedelta) -> None:
+    """The default group's timeout from now on: ``set_timeout``, public since torch 2.15;
+    before it (PyTorch 2.11 on the H200) the same call was ``_set_pg_timeout``."""
+    import torch.distributed.distributed_c10d as c10d
+
+    setter = getattr(c10d, "set_timeout", None) or c10d._set_pg_timeout
+    setter(timeout)
 
 def _handler(env: Mapping[str, str]) -> Any:
     """torch's c10d rendezvous handler for the job's rendezvous; None when run alone."""
