@@ -28,6 +28,7 @@ from alnair_common import TypedKV
 from alnair_common.natsd import free_port
 from alnair_common.testing import wait_for
 from alnair_common.testing.bus_fixtures import SecuredNats
+from alnair_common.testing.dataplane import dataplane_bin, s3_server  # noqa: F401 — fixtures
 from alnair_common.testing.kube import KubeNamespace
 
 REPO = Path(__file__).resolve().parents[3]

@@ -4,15 +4,21 @@ cache: the container's env, taken from the pod the real API server stored, hande
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import boto3
 import pytest
 from conftest import Webhook, pod_manifest, put_status
 
 from alnair_common.annotations import DATASET, SEED_CACHE_DATASET
 from alnair_common.dataset_refs import host_path_name
+from alnair_common.natsd import free_port
 from alnair_common.testing.redis import RedisDatabase
 from alnair_dataset import Budget, DatasetReader, open_source, open_tier, store_file
 
@@ -121,3 +127,82 @@ async def test_a_pod_reads_through_its_namespaces_read_only_user_and_writes_noth
     finally:
         admin.revoke_reader(reader_user(ns))
         admin.close()
+
+
+async def test_unchanged_boto3_code_reads_an_s3_data_set_through_the_gateway_sidecar(
+        webhook: Webhook, redis: RedisDatabase, s3_server, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod the API server stored runs as the kubelet would run it, on this machine: the
+    sidecar's command and env (its port swapped for a free one, its envFrom secret's S3 keys
+    as environment), then the training container's env for plain boto3 code, which names no
+    endpoint: every object of the data set comes back equal, and the two not yet cached are
+    written back to the tier by the gateway."""
+    ns = webhook.kube.namespace
+    bucket = s3_server.make_bucket()
+    for name, data in FILES.items():
+        s3_server.client().put_object(Bucket=bucket, Key=f"imagenet/{name}", Body=data)
+    uri = f"s3://{bucket}/imagenet"
+    source_env = {"AWS_ENDPOINT_URL_S3": s3_server.endpoint, "AWS_ACCESS_KEY_ID": s3_server.access_key,
+                  "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+    with monkeypatch.context() as m:  # the hydrator's view of the source
+        for k, v in source_env.items():
+            m.setenv(k, v)
+        hydrate(redis.url, redis.prefix, f"{ns}.imagenet", uri, files=2)
+    await put_status(webhook.nats, ns, "imagenet", uri)
+    webhook.overrides = {"pod_tier_url": redis.url, "pod_cache_prefix": redis.prefix,
+                         "pod_s3_gateway_image": "alnair/dataset-csi:test"}
+    await webhook.start()
+    pod, _ = await webhook.create_pod(pod_manifest("s3-reader", {DATASET: "imagenet"}, containers=[
+        {"name": "train", "image": "trainer:1", "env": [{"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}],
+         "envFrom": [{"secretRef": {"name": "s3-keys"}}]}]))
+    await asyncio.to_thread(run_as_the_kubelet_would, pod, bucket, source_env, redis, ns, monkeypatch)
+
+
+def run_as_the_kubelet_would(pod: dict, bucket: str, source_env: dict[str, str], redis: RedisDatabase,
+                             ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sidecar = pod["spec"]["initContainers"][0]
+    assert sidecar["name"] == "alnair-s3-gateway" and sidecar["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]
+    port = free_port()
+    command = [str(Path(sys.executable).with_name(sidecar["command"][0])), *sidecar["command"][1:]]  # its script
+    command[command.index("--listen") + 1] = f"127.0.0.1:{port}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ALNAIR_", "AWS_"))},
+           **{e["name"]: e["value"] for e in sidecar["env"]},
+           # the secret the sidecar's envFrom names: the S3 keys (the endpoint stands for AWS's)
+           **source_env}
+    gateway = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        container_env(pod, monkeypatch)
+        for k in [k for k in os.environ if k.startswith("AWS_")]:
+            monkeypatch.delenv(k)
+        for var in pod["spec"]["containers"][0]["env"]:
+            monkeypatch.setenv(var["name"], var["value"].replace(":9494", f":{port}"))
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "the-pods-own")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "keys")
+        assert os.environ["AWS_ENDPOINT_URL_S3"] == f"http://127.0.0.1:{port}"
+        client = boto3.session.Session().client("s3")  # the training code: no endpoint named
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                listed = client.list_objects_v2(Bucket=bucket, Prefix="imagenet/")
+                break
+            except Exception:
+                assert gateway.poll() is None, gateway.stderr.read() if gateway.stderr else ""
+                assert time.monotonic() < deadline, "the gateway never answered"
+                time.sleep(0.2)
+        assert sorted(o["Key"] for o in listed["Contents"]) == sorted(f"imagenet/{n}" for n in FILES)
+        for name, data in FILES.items():
+            assert client.get_object(Bucket=bucket, Key=f"imagenet/{name}")["Body"].read() == data
+        client.close()
+        # Read through the cache: the two misses were written back by the gateway's reader.
+        tier = open_tier(redis.url, prefix=redis.prefix, budget_bytes=1 << 30)
+        try:
+            deadline = time.monotonic() + 30
+            while len(tier.manifest(f"{ns}.imagenet")) < len(FILES):
+                assert time.monotonic() < deadline, "the misses were never written back"
+                time.sleep(0.2)
+        finally:
+            tier.close()
+    finally:
+        gateway.terminate()
+        _, err = gateway.communicate(timeout=30)
+    assert f"serving s3://{bucket}/imagenet/ (data set imagenet)" in err

@@ -1,18 +1,22 @@
 """The README's data set steps as a newcomer runs them: `alnair up`, `alnair dataset add` of a
 local directory and of an S3 prefix (real versitygw), and `alnair run --dataset` of unchanged
-reading code, which then reads every file through the cache (real platform, subprocesses)."""
+reading code, which then reads every file through the cache (real platform, subprocesses);
+and `alnair dataset serve-s3` for plain boto3 code."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_support import ALNAIR, running_platform
+
+from alnair_common.natsd import free_port
 
 READER = """
 import hashlib, json
@@ -54,6 +58,27 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server
         assert added.returncode == 0 and "mnist-s3: ready" in added.stdout, added.stdout + added.stderr
         runs = {name: alnair("run", "--dataset", name, "--name", f"reader-{name}", "--gpu-memory", "1",
                              "--", sys.executable, "reader.py") for name in ("mnist", "mnist-s3")}
+        # boto3 code that names no endpoint, pointed at `alnair dataset serve-s3` by the variable.
+        port = free_port()
+        gateway = subprocess.Popen([*ALNAIR, "dataset", "serve-s3", "mnist-s3", "--listen", f"127.0.0.1:{port}",
+                                    "--data-dir", str(data_dir)], stderr=subprocess.PIPE, text=True)
+        try:
+            boto_env = {**os.environ, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}
+            boto_env.pop("AWS_ENDPOINT_URL")  # the gateway, not the source, is what the code sees
+            code = (f"import boto3, hashlib, json, time\nc = boto3.client('s3')\n"
+                    f"for _ in range(100):\n    try:\n        keys = [o['Key'] for o in c.list_objects_v2("
+                    f"Bucket='{bucket}', Prefix='mnist/')['Contents']]; break\n"
+                    f"    except Exception: time.sleep(0.2)\n"
+                    f"print(json.dumps({{k: hashlib.sha256(c.get_object(Bucket='{bucket}', Key=k)['Body']"
+                    f".read()).hexdigest() for k in keys}}))\n")
+            boto = subprocess.run([sys.executable, "-c", code], env=boto_env, capture_output=True, text=True,
+                                  timeout=60)
+        finally:
+            gateway.send_signal(signal.SIGINT)
+            _, gateway_err = gateway.communicate(timeout=30)
+        assert boto.returncode == 0, boto.stderr + gateway_err
+        assert json.loads(boto.stdout) == {f"mnist/{p}": hashlib.sha256(d).hexdigest() for p, d in files.items()}
+        assert f"serving s3://{bucket}/mnist/ (data set mnist-s3)" in gateway_err
     for name, run in runs.items():
         assert run.returncode == 0, run.stdout + run.stderr
         read = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("{")))

@@ -192,3 +192,44 @@ def test_with_a_reader_key_a_pod_gets_its_namespaces_tier_user_and_never_the_hyd
     plain = CacheEndpoint("dir:///var/lib/alnair/cache", "alnair", reader_key=key)
     env = env_of(apply_patch(p, mutate_pod(p, NS, lookup, plain).patch)["spec"]["containers"][0])
     assert env["ALNAIR_CACHE_TIER_URL"] == "dir:///var/lib/alnair/cache"
+
+
+GATEWAY = CacheEndpoint(TIER.tier_url, "alnair", s3_gateway_image="alnair/dataset-csi:1")
+
+
+def test_s3_readers_get_the_gateway_sidecar_first_and_their_clients_point_at_it() -> None:
+    p = pod({DATASET: "imagenet"}, initContainers=[{"name": "fetch", "image": "x"}], containers=[
+        {"name": "main", "image": "t", "env": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+         "envFrom": [{"secretRef": {"name": "s3-keys"}}]},
+        {"name": "mine", "image": "m", "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": "http://minio:9000"}]}])
+    out = apply_patch(p, mutate_pod(p, NS, lookup, GATEWAY).patch)
+    gateway, fetch = out["spec"]["initContainers"]
+    assert gateway["name"] == "alnair-s3-gateway" and gateway["restartPolicy"] == "Always"
+    assert gateway["command"][0] == "alnair-dataset-s3-gateway"
+    g = env_of(gateway)
+    assert g["ALNAIR_DATASET"] == "imagenet" and g["AWS_REGION"] == "eu-west-1"
+    assert "AWS_ENDPOINT_URL_S3" not in g  # never pointed at itself
+    assert gateway["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]  # the code's S3 keys, for misses
+    assert env_of(fetch)["AWS_ENDPOINT_URL_S3"] == env_of(out["spec"]["containers"][0])["AWS_ENDPOINT_URL_S3"] \
+        == "http://127.0.0.1:9494"
+    assert env_of(out["spec"]["containers"][1])["AWS_ENDPOINT_URL_S3"] == "http://minio:9000"  # kept
+    assert "alnair-s3-gateway" in marker(out)["containers"]
+    # admitted again (a reinvocation): nothing changes, the sidecar is not added twice
+    assert mutate_pod(out, NS, lookup, GATEWAY).patch == []
+
+
+def test_no_sidecar_without_an_s3_source_an_image_when_turned_off_or_with_an_operator_endpoint() -> None:
+    local = {("team-a", "logs"): KnownDataset("logs", NS, "file:///nfs/logs", "ready")}
+    p = pod({DATASET: "logs"})
+    out = apply_patch(p, mutate_pod(p, NS, lambda n, d: local.get((n, d)), GATEWAY).patch)
+    assert "initContainers" not in out["spec"] and "AWS_ENDPOINT_URL_S3" not in env_of(out["spec"]["containers"][0])
+    s3 = pod({DATASET: "imagenet"})
+    out = apply_patch(s3, mutate_pod(s3, NS, lookup, TIER).patch)
+    assert "initContainers" not in out["spec"]
+    off = pod({DATASET: "imagenet", "ai.centaurus.io/dataset-s3-gateway": "off"})
+    out = apply_patch(off, mutate_pod(off, NS, lookup, GATEWAY).patch)
+    assert "initContainers" not in out["spec"] and "AWS_ENDPOINT_URL_S3" not in env_of(out["spec"]["containers"][0])
+    both = CacheEndpoint(TIER.tier_url, "alnair", "http://cache-s3:9000", s3_gateway_image="img")
+    out = apply_patch(s3, mutate_pod(s3, NS, lookup, both).patch)
+    assert "initContainers" not in out["spec"]
+    assert env_of(out["spec"]["containers"][0])["AWS_ENDPOINT_URL_S3"] == "http://cache-s3:9000"

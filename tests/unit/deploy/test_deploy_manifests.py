@@ -440,6 +440,9 @@ def test_the_dataset_csi_plugin_is_registered_where_the_kubelet_looks(
     assert f"--kubelet-registration-path={socket_dir}/csi.sock" in registrar["args"]
     mounts = {m["name"]: m for m in plugin["volumeMounts"]}
     assert mounts["pods"]["mountPropagation"] == "Bidirectional"
+    webhook_env = {e["name"]: e.get("value") for e in
+                   main_container(find(docs, "Deployment", "alnair-admission-webhook"))["env"]}
+    assert webhook_env["ALNAIR_POD_S3_GATEWAY_IMAGE"] == plugin["image"]  # the S3 gateway sidecar's image
     assert volumes["pods"]["hostPath"]["path"] == "/var/lib/kubelet/pods"
     if overlay == "dev":
         for key, value in resolved_env(plugin, secret_values(docs)).items():

@@ -298,6 +298,48 @@ def mount(
         pass
 
 
+@dataset_app.command("serve-s3")
+def serve_s3(
+    names: Annotated[list[str], typer.Argument(help="The s3:// data sets to serve.")],
+    listen: Annotated[str, typer.Option(help="host:port; keep it on loopback.")] = "127.0.0.1:9494",
+    data_dir: DataDir = default_data_dir(),
+    nats_url: NatsUrl = None,
+) -> None:
+    """Serve s3:// data sets read-only over S3, so boto3/s3fs code reads through the cache.
+
+    Point the code at it with AWS_ENDPOINT_URL_S3=http://<listen>: the data sets' objects
+    come from the tier (misses from the source, written back, read with this shell's AWS
+    settings); writes and other keys are refused with the reason. Runs until Ctrl-C."""
+    from alnair_dataset import DatasetError, DatasetReader
+    from alnair_dataset.s3_gateway import S3Gateway
+
+    target = resolve_nats(data_dir, nats_url)
+    readers: list[DatasetReader] = []
+    try:
+        for name in names:
+            env = dataset_environment(known_dataset(target, name, "serve-s3"), data_dir)
+            readers.append(DatasetReader(name, tier_url=env["ALNAIR_CACHE_TIER_URL"],
+                                         source=env["ALNAIR_DATASET_SOURCE"],
+                                         prefix=env["ALNAIR_CACHE_PREFIX"]))
+        gateway = S3Gateway(readers, listen)
+    except DatasetCommandError as e:
+        raise fail(str(e), 2) from e
+    except (DatasetError, ValueError, OSError) as e:
+        for r in readers:
+            r.close()
+        raise fail(f"alnair dataset serve-s3: {e}", 2) from e
+    except AlnairError as e:
+        raise fail(f"alnair dataset serve-s3: {e}") from e
+    err.print(f"serving {gateway.describe()} at {gateway.url}; set AWS_ENDPOINT_URL_S3={gateway.url} "
+              "in the code's environment; Ctrl-C to stop", highlight=False)
+    try:
+        gateway.server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        gateway.close()
+
+
 @dataset_app.command("umount")
 def umount(
     mountpoint: Annotated[Path, typer.Argument(help="Where `alnair dataset mount` mounted it.")],

@@ -29,3 +29,6 @@ OWNER_KINDS = {("batch/v1", "Job"): "jobs", ("apps/v1", "StatefulSet"): "statefu
 DATASET = PREFIX + "dataset"
 SEED_CACHE_DATASET = "cacheDataset"
 DATASET_MUTATED = PREFIX + "dataset-mutated"
+# "off": the pod's S3 clients are not pointed at the S3 gateway sidecar (the pod writes to S3
+# with the default endpoint, which the read-only gateway would refuse).
+DATASET_S3_GATEWAY = PREFIX + "dataset-s3-gateway"

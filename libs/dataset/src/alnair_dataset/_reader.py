@@ -199,9 +199,14 @@ class DatasetReader:
         return sorted(self._files)
 
     def size(self, path: str) -> int:
-        return self._file(path).size
+        return self.file(path).size
 
-    def _file(self, path: str) -> SourceFile:
+    def has(self, path: str) -> bool:
+        return path in self._files
+
+    def file(self, path: str) -> SourceFile:
+        """The file's listing: path, size and the source's version (an S3 ETag, or the mtime
+        and size of a local file)."""
         try:
             return self._files[path]
         except KeyError:
@@ -211,7 +216,7 @@ class DatasetReader:
 
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``start``..``end`` of a file (all of it by default)."""
-        file = self._file(path)
+        file = self.file(path)
         end = file.size if end is None else min(end, file.size)
         if end <= start:
             return b""  # an empty file or range needs neither tier nor source

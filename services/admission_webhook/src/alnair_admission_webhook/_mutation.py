@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from alnair_common.annotations import DATASET, DATASET_MUTATED, SEED_CACHE_DATASET
+from alnair_common.annotations import DATASET, DATASET_MUTATED, DATASET_S3_GATEWAY, SEED_CACHE_DATASET
 from alnair_common.dataset_refs import DatasetRefError, pod_datasets, pod_host_paths
 
 from ._csi_switch import switch_volumes
 from ._pod_env import CacheEndpoint, PodDataset, mount_environment, shared_environment
+from ._s3_sidecar import ENDPOINT as GATEWAY_ENDPOINT
+from ._s3_sidecar import SIDECAR, has_sidecar, insert_sidecar, sidecar
 
 CONTAINER_LISTS = ("initContainers", "containers")
 Lookup = Callable[[str, str], "KnownDataset | None"]
@@ -133,11 +135,16 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
         "does not name it" for name in unknown]
     marker = _Marker(old.datasets or out.datasets, unknown, dict(old.containers), dict(old.kept),
                      dict(old.switched))
+    gateway = bool(endpoint.s3_gateway_image and not endpoint.s3_endpoint
+                   and annotations.get(DATASET_S3_GATEWAY, "").lower() != "off"
+                   and any(d.source.startswith("s3://") for d in resolved))
+    if gateway:
+        endpoint = replace(endpoint, s3_endpoint=GATEWAY_ENDPOINT)
     shared = shared_environment(resolved, namespace, endpoint)
     for list_name in CONTAINER_LISTS:
         for index, container in enumerate(spec.get(list_name) or ()):
             name = container.get("name", "")
-            if name in marker.containers or not shared:
+            if name in marker.containers or name == SIDECAR or not shared:
                 continue
             set_, kept, ops = _container_patch(container, f"/spec/{list_name}/{index}",
                                                shared + mount_environment(resolved, _mounts(container)))
@@ -155,6 +162,10 @@ def mutate_pod(pod: Mapping[str, Any], namespace: str, lookup: Lookup,
         out.patch += switch.patch
         out.warnings += switch.warnings
         marker.switched.update(switch.switched)
+    if gateway and not has_sidecar(spec):  # last: it shifts the init containers' indices
+        added = sidecar(endpoint.s3_gateway_image, shared, spec)
+        out.patch.append(insert_sidecar(spec, added))
+        marker.containers[SIDECAR] = [e["name"] for e in added["env"]]
     value = marker.dump()
     if out.patch or annotations.get(DATASET_MUTATED) != value:
         op = "replace" if DATASET_MUTATED in annotations else "add"

@@ -14,8 +14,9 @@ training images, and this service needs only its variable names.
   ``ALNAIR_CACHE_TIER_URL`` and ``ALNAIR_CACHE_PREFIX``; with a reader key, the URL carries
   the pod's namespace's read-only tier user (``alnair_common.tier_readers``), never the
   hydrator's credential;
-* ``AWS_ENDPOINT_URL_S3`` only where the operator configured a cache-side S3 endpoint and a
-  data set's source is ``s3://``.
+* ``AWS_ENDPOINT_URL_S3`` only where a data set's source is ``s3://`` and the operator
+  configured a cache-side S3 endpoint, or the S3 gateway sidecar (:mod:`._s3_sidecar`), whose
+  loopback endpoint it then is.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class CacheEndpoint:
     prefix: str = "alnair"
     s3_endpoint: str = ""
     reader_key: str = field(default="", repr=False)
+    s3_gateway_image: str = ""  # the S3 gateway sidecar's image (_s3_sidecar); empty: none
 
     def tier_url_for(self, namespace: str) -> str:
         if self.reader_key and has_users(self.tier_url):

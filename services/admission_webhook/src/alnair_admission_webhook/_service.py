@@ -69,7 +69,7 @@ class AdmissionWebhookService(Service):
         self.log.info("tls ready", secret=f"{s.webhook_namespace}/{s.tls_secret}",
                       action=self.loaded.action)
         endpoint = CacheEndpoint(s.pod_tier_url, s.pod_cache_prefix, s.pod_s3_endpoint,
-                                 s.cache_reader_key.get_secret_value())
+                                 s.cache_reader_key.get_secret_value(), s.pod_s3_gateway_image)
         if not s.pod_tier_url:
             self.log.warning("no ALNAIR_POD_TIER_URL: pods get the data sets' names and sources "
                              "but no tier, so they read from the sources")

@@ -48,6 +48,11 @@ class AdmissionWebhookSettings(ServiceSettings):
     pod_s3_endpoint: str = Field(
         "", description="a cache-side S3 endpoint serving the data sets' buckets read-through; "
                         "set as AWS_ENDPOINT_URL_S3 in pods with an s3:// data set. Empty: none")
+    pod_s3_gateway_image: str = Field(
+        "", description="an image with the data client (alnair_dataset), run as each pod's S3 "
+                        "gateway sidecar when a data set comes from s3:// and no "
+                        "ALNAIR_POD_S3_ENDPOINT is set: the pod's S3 clients then read the data "
+                        "sets through the cache. Empty: no sidecar")
     api_timeout_seconds: float = Field(5.0, gt=0, le=120)
 
     @property
