@@ -46,6 +46,17 @@ def test_a_plan_applied_to_what_it_leaves_asks_for_nothing_more(live: set[str], 
     assert len(after) == max(target, placed_left)  # down to the target, unless placed ones exceed it
 
 
+def test_a_worker_of_an_earlier_gang_is_stopped_and_not_counted() -> None:
+    """A pending worker made for gang 1 just before its host died, which the controller never
+    heard of, takes no place in gang 2 (it would die on gang 1's endpoint, leaving gang 2 one
+    short for good); an unlabelled worker counts as this gang's."""
+    p = plan(3)  # gang ml.resnet.2
+    gangs = {"old": "ml.resnet.1", "a": "ml.resnet.2", "b": "ml.resnet.2", "bare": ""}
+    changes = plan_changes(p, gangs, pending={"old"}, gangs=gangs)
+    assert changes.stop == ("old",) and changes.create == 0  # a, b and bare make the 3
+    assert plan_changes(p, {"old", "a"}, gangs=gangs) == type(changes)(("old",), 2)
+
+
 def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:
     argv = worker_command(plan(3), "127.0.0.1:29400")
     assert argv[0] == "torchrun" and argv[-5:] == ["--no-python", "python", "train.py", "--lr", "0.1"]

@@ -21,7 +21,7 @@ round in the same process, its model still in memory (``alnair_trainer``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from alnair.v1 import job_pb2
@@ -64,16 +64,25 @@ class PlanChanges:
     create: int
 
 
-def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str], pending: Iterable[str] = ()) -> PlanChanges:
+def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str], pending: Iterable[str] = (),
+                 gangs: Mapping[str, str] | None = None) -> PlanChanges:
     """Declarative, so a repeated or redelivered plan creates nothing twice: the live workers
     not being stopped count towards the target.
 
     ``pending``: the live workers not placed yet. The controller learns of a worker when it is
     placed, so it cannot name those in ``stop``; when the live workers outnumber the target
     (the grant fell while they waited for the scheduler) the adapter withdraws pending ones,
-    never a running one the controller did not name."""
+    never a running one the controller did not name.
+
+    ``gangs``: each live worker's rendezvous id (its ``RENDEZVOUS_LABEL``). A worker of an
+    earlier gang can never join this plan's (it meets in the old rendezvous, whose host is
+    gone): it is stopped, never counted. The controller may not know it — one made for the
+    old gang just before its host died is still unplaced — so the adapter must not wait for
+    the controller to name it."""
     alive = set(live)
-    stopping = alive & set(plan.stop)
+    stale = {u for u, gang in (gangs or {}).items()
+             if u in alive and plan.rendezvous_id and gang and gang != plan.rendezvous_id}
+    stopping = (alive & set(plan.stop)) | stale
     excess = len(alive - stopping) - plan.target
     if excess > 0:
         stopping |= set(sorted((alive - stopping) & set(pending))[:excess])

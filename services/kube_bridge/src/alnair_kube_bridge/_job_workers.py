@@ -7,7 +7,8 @@ long as the job's objects do: a job that ended takes it along, so the same name 
 again (whose plans count from 1 again) is not mistaken for an old plan. Then, by the shared
 rule (``alnair_lifecycle.plan_changes``): the job's live worker pods are counted by their
 labels (pending or running, also while being deleted: they are still there), the pods in
-``stop`` are deleted (their uid as precondition), and the missing ones created, after their
+``stop`` and those of an earlier gang are deleted (their uid as precondition), and the
+missing ones created, after their
 gang's rendezvous pod and Service and, for a gang placed all-or-nothing, its PodGroup. Other
 gangs' objects go (a new gang meets in a new rendezvous), all of them at target 0.
 
@@ -112,7 +113,9 @@ class JobWorkers:
             return  # redelivered, or older than one carried out
         live = self._live_pods(name, namespace)
         changes = plan_changes(plan, live, pending=[u for u, p in live.items()
-                                                    if not (p.get("spec") or {}).get("nodeName")])
+                                                    if not (p.get("spec") or {}).get("nodeName")],
+                               gangs={u: (p["metadata"].get("labels") or {}).get(RENDEZVOUS_LABEL, "")
+                                      for u, p in live.items()})
         for uid in changes.stop:
             self._delete_pod(live[uid], namespace)
         if changes.create:

@@ -87,18 +87,13 @@ class JobWorkers:
             if plan.generation <= files.applied():
                 return  # redelivered, or older than one carried out
             live = await self._live(namespace, spec.name)
-            # A worker of an earlier gang can never join this one (it meets in the old
-            # rendezvous): it is stopped, not counted. The controller may not know it: one
-            # made for the old gang just before its host died is still unplaced.
-            stale = sorted(u for u, w in live.items() if plan.rendezvous_id
-                           and w.labels.get(RENDEZVOUS_LABEL, plan.rendezvous_id) != plan.rendezvous_id)
-            current = {u: w for u, w in live.items() if u not in stale}
-            changes = plan_changes(plan, current, pending=[u for u, w in current.items()
-                                                            if w.phase == P.WORKLOAD_PHASE_PENDING])
-            for uid in [*stale, *changes.stop]:
+            changes = plan_changes(plan, live, pending=[u for u, w in live.items()
+                                                         if w.phase == P.WORKLOAD_PHASE_PENDING],
+                                   gangs={u: w.labels.get(RENDEZVOUS_LABEL, "") for u, w in live.items()})
+            for uid in changes.stop:
                 await self._stop(live[uid])
             job = self.jobs.setdefault(f"{namespace}.{spec.name}", _Job(namespace, spec.name))
-            job.workers = set(current) - set(changes.stop)
+            job.workers = set(live) - set(changes.stop)
             if changes.create:
                 env = files.environment()
                 if env is None:
