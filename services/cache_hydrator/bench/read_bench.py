@@ -10,6 +10,9 @@ and reads each, with the same number of threads, these ways, interleaved over th
   and until the write-backs were done too; "next epoch hits" is the share of files a new
   reader then finds in the tier (lowest of the rounds);
 * ``alnair warm``: DatasetReader once the data set is in the tier (every read a hit);
+* ``alnair warm, boto3 through the S3 gateway``: the same hits, read by unchanged boto3 code
+  pointed at ``alnair_dataset.s3_gateway`` in a process of its own (what a pod's S3 client
+  gets from the webhook: the gateway as its sidecar);
 * ``raw Redis``: the tier's own client GETting the file's chunks, with no Alnair code
   in between (the ceiling for the warm case).
 
@@ -27,14 +30,22 @@ warm/direct ratio measured here is a lower bound of what a remote bucket would s
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import boto3
+from botocore.config import Config
+
+from alnair_common.natsd import free_port
 from alnair_common.testing.redis_cluster import start_redis_node
 from alnair_common.testing.s3 import start_s3
 from alnair_common.testing.testbin import locate
@@ -120,6 +131,25 @@ def data_sets(small: int, shards: int) -> dict[str, dict[str, bytes]]:
                                       for i in range(shards)}}
 
 
+def start_gateway(name: str, url: str, s3: dict) -> tuple[subprocess.Popen[bytes], str]:
+    """The S3 gateway in a process of its own, as the pod's sidecar runs it."""
+    port = free_port()
+    env = {**os.environ, "ALNAIR_CACHE_TIER_URL": url, "ALNAIR_CACHE_PREFIX": "b",
+           "AWS_ENDPOINT_URL_S3": s3["endpoint_url"], "AWS_ACCESS_KEY_ID": s3["aws_access_key_id"],
+           "AWS_SECRET_ACCESS_KEY": s3["aws_secret_access_key"], "AWS_DEFAULT_REGION": s3["region_name"]}
+    process = subprocess.Popen([sys.executable, "-m", "alnair_dataset.s3_gateway", "--dataset", name,
+                                "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return process, f"http://127.0.0.1:{port}"
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the S3 gateway did not start") from None
+            time.sleep(0.1)
+
+
 def main() -> None:
     args = arguments(__doc__, small=2000)
     sets = data_sets(args.small, args.shards)
@@ -159,10 +189,17 @@ def main() -> None:
                 cold_dir = Path(tmp) / "cold-tier"
                 warm = DatasetReader(name, tier_url=redis.url, prefix="b", threads=args.threads,
                                      write_back=False)
+                gateway, gateway_url = start_gateway(name, redis.url, options)
+                via_gateway = boto3.session.Session().client(
+                    "s3", **{**options, "endpoint_url": gateway_url},
+                    config=Config(max_pool_connections=args.threads + 2))
                 ways: dict[str, Callable[[str], bytes]] = {
                     "S3 direct": lambda p, key=f"bench/{prefix}": client.get_object(
                         Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "alnair warm": warm.read,
+                    "alnair warm, boto3 through the S3 gateway":
+                        lambda p, key=f"bench/{prefix}", c=via_gateway: c.get_object(
+                            Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "raw Redis (tier's client, no Alnair)": raw_read}
                 runs: dict[str, list[Measured]] = {}
                 hits: dict[str, float] = {}
@@ -178,6 +215,9 @@ def main() -> None:
                         hits[read_row[0]] = min(hits.get(read_row[0], 1.0), hit)
                 assert warm.stats.misses == 0
                 warm.close()
+                via_gateway.close()
+                gateway.terminate()
+                gateway.wait(30)
                 for label, rows in runs.items():
                     _, mbs, fps, _ = sorted(rows, key=lambda x: x[1])[len(rows) // 2]
                     cpu = sorted(r[3] for r in rows)[len(rows) // 2]
