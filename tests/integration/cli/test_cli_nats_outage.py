@@ -89,9 +89,17 @@ async def test_kill_nats_during_a_run(tmp_path: Path) -> None:
                                 credentials=data_dir / "credentials" / "cli.nk")
         try:
             uid = row["uid"]  # `ps` shows the first 8 characters
-            terminal = [e for e in await events_of(bus, uid)
-                        if e.workload.phase == wl.WORKLOAD_PHASE_FAILED]
-            assert len(terminal) == 1 and terminal[0].workload.exit_code == 7
+            # `alnair run` may learn the exit before the agent's event is on the stream (the
+            # agent publishes it once its bus is back): wait for it, then count.
+            terminal: list[wl.WorkloadEvent] = []
+
+            async def published() -> bool:
+                terminal[:] = [e for e in await events_of(bus, uid)
+                               if e.workload.phase == wl.WORKLOAD_PHASE_FAILED]
+                return bool(terminal)
+
+            await wait_for(published, timeout=30, what="the workload's terminal event on the bus")
+            assert len(terminal) == 1 and terminal[0].workload.exit_code == 7, terminal
             allocations = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
 
             async def released() -> bool:

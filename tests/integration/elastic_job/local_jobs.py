@@ -87,8 +87,10 @@ class Platform:
                      ) -> Callable[[], job_pb2.TrainingJobRecord | None]:
         def probe() -> job_pb2.TrainingJobRecord | None:
             r = self.record(name)
-            ok = (r is not None and r.state.phase == P.JOB_PHASE_RUNNING and r.state.replicas == n
-                  and r.step > after_step and r.state.restarts >= restarts)
+            # Not the Completing reason: phase Running while the last workers exit after the
+            # job's end, which a wait for progress must not take for a running job.
+            ok = (r is not None and r.state.phase == P.JOB_PHASE_RUNNING and r.state.reason != "Completing"
+                  and r.state.replicas == n and r.step > after_step and r.state.restarts >= restarts)
             return r if ok else None
         return probe
 
