@@ -26,6 +26,7 @@ def served(s3_server, redis_node, tmp_path, monkeypatch):
     bucket = s3_server.make_bucket()
     files = write_dataset(tmp_path / "src", files=4, size=MIB + 777)
     files.update(write_dataset(tmp_path / "src", files=30, size=3000, sub="small", seed=2))
+    files["small/odd name+1 ü%20.bin"] = b"a key S3 clients must url-encode and decode"
     upload(s3_server.client(), bucket, "train", files)
     s3_server.client().put_object(Bucket=bucket, Key="other/config.json", Body=b"{}")
     url = redis_node().url

@@ -311,23 +311,31 @@ def _listing(bucket: str, keys: list[tuple[str, int, str]], q: dict[str, str]) -
         else:
             contents.append(entry)
             last = key
+    # botocore asks for encoding-type=url and then url-decodes (unquote_plus) the keys, the
+    # common prefixes, the delimiter, and v2's prefix or v1's markers; tokens stay as sent.
+    encoded = q.get("encoding-type") == "url"
+
+    def u(text: str) -> str:
+        return escape(quote(text, safe="/") if encoded else text)
+
     e = escape
-    items = "".join(f"<Contents><Key>{e(k)}</Key><Size>{s}</Size><ETag>&quot;{e(t)}&quot;</ETag>"
+    items = "".join(f"<Contents><Key>{u(k)}</Key><Size>{s}</Size><ETag>&quot;{e(t)}&quot;</ETag>"
                     "<StorageClass>STANDARD</StorageClass></Contents>" for k, s, t in contents)
-    common_xml = "".join(f"<CommonPrefixes><Prefix>{e(p)}</Prefix></CommonPrefixes>" for p in prefixes)
+    common_xml = "".join(f"<CommonPrefixes><Prefix>{u(p)}</Prefix></CommonPrefixes>" for p in prefixes)
     if v2:
         paging = (f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount>"
                   + (f"<ContinuationToken>{e(q['continuation-token'])}</ContinuationToken>"
                      if q.get("continuation-token") else "")
                   + (f"<NextContinuationToken>{e(last)}</NextContinuationToken>" if truncated else ""))
     else:
-        paging = (f"<Marker>{e(after)}</Marker>"
-                  + (f"<NextMarker>{e(last)}</NextMarker>" if truncated and delimiter else ""))
-    return (f'<ListBucketResult xmlns="{_NS}"><Name>{e(bucket)}</Name><Prefix>{e(prefix)}</Prefix>'
-            f"{f'<Delimiter>{e(delimiter)}</Delimiter>' if delimiter else ''}"
+        paging = (f"<Marker>{u(after)}</Marker>"
+                  + (f"<NextMarker>{u(last)}</NextMarker>" if truncated and delimiter else ""))
+    return (f'<ListBucketResult xmlns="{_NS}"><Name>{e(bucket)}</Name>'
+            f"<Prefix>{u(prefix) if v2 else e(prefix)}</Prefix>"
+            f"{f'<Delimiter>{u(delimiter)}</Delimiter>' if delimiter else ''}"
             f"<MaxKeys>{max_keys}</MaxKeys><IsTruncated>{str(truncated).lower()}</IsTruncated>"
+            f"{'<EncodingType>url</EncodingType>' if encoded else ''}"
             f"{paging}{items}{common_xml}</ListBucketResult>")
-
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
