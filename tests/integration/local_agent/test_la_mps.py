@@ -12,12 +12,14 @@ import json
 import os
 import signal
 import stat
+import sys
 from pathlib import Path
 
 import pytest
 from la_support import NODE, SIM_GPU0, run_cli, start_agent
 
 from alnair.v1 import inventory_pb2
+from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus, ConfigError, TypedKV
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
@@ -93,3 +95,59 @@ async def test_a_missing_mps_control_program_is_refused_with_the_fix(
     with pytest.raises(ConfigError, match="cannot run '/nonexistent/mps-control'.*start without --mps"):
         await start_agent(nats_server.url, tmp_path / "data", interceptor=interceptor_lib, mps=True,
                           mps_control="/nonexistent/mps-control")
+
+
+RECORDED_FAULT = Path(__file__).parents[2] / "data" / "gpu" / "h200" / "mps" / "server_fault.log"
+
+
+async def test_a_fatal_fault_is_named_in_every_workload_it_ended(
+        nats_server: NatsServer, bus: Bus, scheduler, tmp_path: Path, interceptor_lib: Path) -> None:
+    """The H200's MPS server log of a real fault (scripts/gpu/mps_fault_check.sh: a CuPy kernel
+    writing through a bad pointer, pid 1345, ended a matmul loop's contexts too, pid 1303), its
+    pids those of two workloads here: each failed workload's reason names the fault and the
+    other workload it ended (the log does not say which of them faulted)."""
+    import re
+
+    data_dir = tmp_path / "data"
+    agent = await start_agent(nats_server.url, data_dir, interceptor=interceptor_lib, mps=True,
+                              mps_control=FAKE_CONTROL, mps_check_seconds=5)
+    marker = tmp_path / "fault"
+    wait_then = f"import os, sys, time\nwhile not os.path.exists({str(marker)!r}): time.sleep(0.05)\nsys.exit(%d)"
+    try:
+        runs = {name: asyncio.create_task(run_cli(
+            ["run", "--nats-url", nats_server.url, "--data-dir", str(data_dir), "--name", name,
+             "--gpu-memory", "2", "--gpu-compute", "30", "--", sys.executable, "-c", wait_then % code],
+            timeout=90)) for name, code in (("victim", 3), ("faulter", 1))}
+
+        def pids() -> dict[str, int]:
+            found = {}
+            for space in (data_dir / "workloads").glob("*"):
+                pid_file, sub = space / "child.pid", space / "submission.pb"
+                if pid_file.exists() and sub.exists():
+                    found[wl.Workload.FromString(sub.read_bytes()).ref.name] = int(pid_file.read_text())
+            return found
+
+        async def both_started() -> bool:
+            return len(pids()) == 2
+
+        await wait_for(both_started, timeout=60, what="both workloads running")
+        got = pids()
+        log_text = re.sub(r"\b1345\b", str(got["faulter"]), re.sub(r"\b1303\b", str(got["victim"]),
+                                                                    RECORDED_FAULT.read_text()))
+        for logs in data_dir.glob("mps/*/log"):  # whichever card they share
+            (logs / "server.log").write_text(log_text)
+        marker.write_text("")
+        victim, faulter = await runs["victim"], await runs["faulter"]
+        assert (victim.returncode, faulter.returncode) == (3, 1)
+        for run, code, other in ((victim, 3, "faulter"), (faulter, 1, "victim")):
+            assert (f"exited with code {code}: a fatal GPU fault on its GPU's MPS server ended the CUDA "
+                    f"contexts of this workload and of workload {other!r}") in run.stderr, run.stderr
+    finally:
+        await agent.stop()
+        for pid_file in data_dir.glob("mps/*/pipe/daemon.pid"):
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        await asyncio.sleep(0.3)
+        gc.collect()

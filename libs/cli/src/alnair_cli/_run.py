@@ -162,7 +162,8 @@ class Runner:
             return 0
         if w.HasField("exit_code"):
             if w.exit_code != 0 and not (interrupted and w.exit_code >= 128):
-                self.say(f"{w.ref.name} exited with code {w.exit_code}")
+                # The agent's reason when it knows more than the code (an MPS fault's culprit).
+                self.say(f"{w.ref.name} {w.message or f'exited with code {w.exit_code}'}")
             return w.exit_code
         self.say(f"{w.ref.name} {phase_name(w.phase)}: {w.message}")
         return 1

@@ -10,7 +10,7 @@ GPU, for CI), :class:`SimulatedInventory` (``sim:2x80``, clearly labelled). Erro
 from ._errors import GpuError, GpuUnavailableError, InventoryFormatError
 from ._injected_health import InjectedHealth
 from ._inventory import GIB, GpuInfo, HealthEvent, InventorySource, NodeGpus
-from ._mps import MpsCard, MpsDaemons
+from ._mps import MpsCard, MpsDaemons, MpsFault, mps_faults
 from ._nvml_inventory import NvmlInventory
 from ._nvml_samples import NvmlSampler
 from ._proto import from_proto, to_proto
@@ -33,6 +33,7 @@ __all__ = [
     "InventorySource",
     "MpsCard",
     "MpsDaemons",
+    "MpsFault",
     "NodeGpus",
     "NvmlInventory",
     "NvmlSampler",
@@ -45,6 +46,7 @@ __all__ = [
     "SimulatedInventory",
     "from_proto",
     "load_recording",
+    "mps_faults",
     "parse_recording",
     "to_proto",
 ]

@@ -12,9 +12,13 @@ agent's user only; the device plugin's 0755, root's, read by every container) an
 daemon started with ``CUDA_VISIBLE_DEVICES=<uuid>`` and those directories; it spawns the MPS
 server when the first client connects. :meth:`MpsDaemons.supervise` asks each daemon for its
 servers (``get_server_list``) every ``every`` seconds; one that does not answer — the daemon
-died, or a client's fatal fault took the server down with it — is started again, and the
-workloads running on that card are named in the warning: their contexts went with the
-server (MPS's known limit: a fatal fault of one client ends the server's other clients).
+died — is started again, and the workloads running on that card are named in the warning:
+their contexts went with the server. A client's fatal GPU fault does not stop the server (seen
+on the H200, CUDA 13): the server tears down the contexts of every client of the card, marks
+them with a sticky error, resets the device and serves new clients once those are gone — MPS's
+known limit: one client's fault ends its neighbours' work. :func:`mps_faults` reads those
+faults from the server's log and :meth:`MpsDaemons.fault_of` finds the one that ended a given
+process, so an adapter can say why a workload failed and whose fault it was.
 :attr:`MpsDaemons.down` names the cards whose daemon does not answer, with why; ``on_change``
 hears each change of it (the device plugin reports such a card unhealthy).
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +65,42 @@ class MpsCard:
                 "CUDA_MPS_LOG_DIRECTORY": str(self.logs)}
 
 
+@dataclass(frozen=True)
+class MpsFault:
+    """One fatal GPU fault the MPS server logged: the client processes whose contexts it tore
+    down (a sticky error: their CUDA calls fail from then on). The log does not say which of
+    them faulted: it calls each an "error triggering process"."""
+
+    torn_down: frozenset[int]
+
+
+# As the H200's CUDA 13 MPS server writes it (its own wording), once per fault:
+#   The following client process have a sticky error set:
+#   1303
+#   1345
+_STICKY = re.compile(r"following client process(?:es)? ha(?:s|ve) a sticky error set")
+_PID_LINE = re.compile(r"^\[[^\]]*\]\s*(\d+)\s*$")
+
+
+def mps_faults(server_log: str) -> list[MpsFault]:
+    """The fatal faults in an MPS server log, oldest first."""
+    faults: list[MpsFault] = []
+    sticky: set[int] | None = None
+    for line in server_log.splitlines():
+        if sticky is not None:
+            m = _PID_LINE.match(line)
+            if m:
+                sticky.add(int(m[1]))
+                continue
+            faults.append(MpsFault(frozenset(sticky)))
+            sticky = None
+        if _STICKY.search(line):
+            sticky = set()
+    if sticky is not None:
+        faults.append(MpsFault(frozenset(sticky)))
+    return [f for f in faults if f.torn_down]
+
+
 class MpsDaemons:
     def __init__(self, control: str, mps_dir: Path, gpu_uuids: Iterable[str], *,
                  directory_mode: int = PRIVATE_MODE, off_hint: str = "start without --mps",
@@ -75,6 +116,17 @@ class MpsDaemons:
 
     def pipe_directory(self, gpu_uuid: str) -> str:
         return str(self.cards[gpu_uuid].pipe)
+
+    def fault_of(self, gpu_uuid: str, pid: int) -> MpsFault | None:
+        """The newest fatal fault on this card's MPS server that tore down ``pid``'s contexts."""
+        card = self.cards.get(gpu_uuid)
+        if card is None:
+            return None
+        try:
+            text = (card.logs / "server.log").read_text(errors="replace")
+        except OSError:
+            return None
+        return next((f for f in reversed(mps_faults(text)) if pid in f.torn_down), None)
 
     def _cannot_run(self, e: OSError) -> ConfigError:
         return ConfigError(f"MPS mode: cannot run {self.control!r} ({e.strerror}); install the "

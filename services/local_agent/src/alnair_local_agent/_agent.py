@@ -228,14 +228,42 @@ class Agent:
         return sorted(name for name, gpu in self.running.values() if gpu == gpu_uuid)
 
     async def _finish(self, running: wl.Workload, code: int | None, reason: str) -> None:
-        self.running.pop(running.ref.uid, None)
+        placed = self.running.pop(running.ref.uid, None)
         ok = code == 0
+        if not ok and not reason and placed is not None:
+            reason = self._mps_fault_reason(running.ref.uid, placed[1], code)
         done = self._public(running, P.WORKLOAD_PHASE_SUCCEEDED if ok else P.WORKLOAD_PHASE_FAILED,
                             reason or ("" if ok else f"exited with code {code}"))
         if code is not None:
             done.exit_code = code
         done.finished_at.FromDatetime(datetime.now(UTC))
         await self.lifecycle.publish(done)
+
+    def _mps_fault_reason(self, uid: str, gpu_uuid: str, code: int | None) -> str:
+        """Why a workload on an MPS card failed, when the card's MPS server logged a fatal GPU
+        fault that tore its process down, naming the other workloads it ended ("" if none)."""
+        pid = Workspace.of(self.workloads_dir, uid).child_pid()
+        fault = self.mps.fault_of(gpu_uuid, pid) if self.mps and pid else None
+        if fault is None:
+            return ""
+        names = self._names_of(set(fault.torn_down))
+        others = sorted(names.get(p, f"pid {p}") for p in fault.torn_down if p != pid)
+        if not others:
+            return f"exited with code {code} after a fatal GPU fault in its CUDA contexts (MPS server log)"
+        return (f"exited with code {code}: a fatal GPU fault on its GPU's MPS server ended the CUDA "
+                f"contexts of this workload and of {', '.join(others)} (MPS clients of one GPU share "
+                "its faults; the server's log does not say which client faulted); run workloads that "
+                "must be isolated from their neighbours' faults without --mps")
+
+    def _names_of(self, pids: set[int]) -> dict[int, str]:
+        """Workload names of these command pids, from the workspaces (finished ones too)."""
+        found: dict[int, str] = {}
+        for path in self.workloads_dir.iterdir() if self.workloads_dir.is_dir() else ():
+            space = Workspace.of(self.workloads_dir, path.name)
+            pid = space.child_pid()
+            if pid in pids and (sub := space.submission()) is not None:
+                found[pid] = f"workload {sub.ref.name!r}"
+        return found
 
     async def recover(self) -> int:
         """Find this node's bound and running workloads again; return how many were found."""
