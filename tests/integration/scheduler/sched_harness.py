@@ -200,10 +200,12 @@ class Observer:
         return await wait_for(probe, timeout=timeout, what=f"failure {code} for {pod.name}")
 
     async def status(self, group: str, phase: str, timeout: float = 10.0,
-                     namespace: str = "default") -> dict:
+                     namespace: str = "default", says: str = "") -> dict:
+        """The group's newest status once it is ``phase`` (and its message has ``says``): a
+        gang's status follows its members' events, so it may still tell of fewer members."""
         async def probe() -> dict | None:
             seen = self.statuses.get(f"{namespace}/{group}", [])
-            return seen[-1] if seen and seen[-1]["phase"] == phase else None
+            return seen[-1] if seen and seen[-1]["phase"] == phase and says in seen[-1]["message"] else None
 
         return await wait_for(probe, timeout=timeout, what=f"PodGroup {group} {phase}")
 

@@ -22,8 +22,8 @@ async def test_gang_of_8_waits_whole_then_binds_all_when_capacity_appears(
         for m in members:
             failure, code = await seen.failed(m, "gang-unschedulable")
             assert failure.reason.startswith("PodGroup default/train: only 6 of the 8 members fit")
-        status = await seen.status("train", "Pending")
-        assert status["scheduled"] == 0 and "only 6 of the 8" in status["message"]
+        status = await seen.status("train", "Pending", says="only 6 of the 8")
+        assert status["scheduled"] == 0
         assert not seen.binds and not await committed(bus)  # nothing held while waiting
         await adapter.inventory("n4", 2, 80)
         decisions = await seen.bound(*members)
