@@ -31,7 +31,8 @@ PUBLIC: dict[str, list[str]] = {
     "alnair_gpu": [
         "DeviceSample", "GIB", "GpuError", "GpuInfo", "GpuSampler", "GpuSnapshot",
         "GpuUnavailableError", "HealthEvent", "InjectedHealth", "InventoryFormatError",
-        "InventorySource", "MpsCard", "MpsDaemons", "MpsFault", "NodeGpus", "NvmlInventory", "NvmlSampler", "ProcessSample",
+        "InventorySource", "MpsCard", "MpsDaemons", "MpsFault", "NodeGpus", "NvmlInventory", "NvmlSampler",
+        "ProcessSample",
         "RecordedInventory", "RecordedWorkload", "Recording", "ReplaySampler", "SampleSourceError",
         "SimulatedInventory", "from_proto", "load_recording", "mps_faults", "parse_recording", "to_proto"
     ],
