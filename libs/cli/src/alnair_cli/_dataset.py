@@ -332,12 +332,7 @@ def serve_s3(
         raise fail(f"alnair dataset serve-s3: {e}") from e
     err.print(f"serving {gateway.describe()} at {gateway.url}; set AWS_ENDPOINT_URL_S3={gateway.url} "
               "in the code's environment; Ctrl-C to stop", highlight=False)
-    try:
-        gateway.server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        gateway.close()
+    gateway.serve()
 
 
 @dataset_app.command("umount")

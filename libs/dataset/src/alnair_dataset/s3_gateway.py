@@ -106,8 +106,20 @@ class S3Gateway:
         self._thread.start()
         return self
 
+    def serve(self) -> None:
+        """Serve in this thread until interrupted (Ctrl-C), then close."""
+        try:
+            self.server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
+
     def close(self) -> None:
-        self.server.shutdown()
+        if self._thread is not None:  # shutdown() waits for a serve_forever to end: only one running
+            self.server.shutdown()
+            self._thread.join()
+            self._thread = None
         self.server.server_close()
         for s in self.served:
             s.reader.close()
@@ -360,12 +372,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"none of the data sets {', '.join(names)} comes from s3://: nothing to serve")
     gateway = S3Gateway(s3, args.listen)
     log.info("serving %s at %s", gateway.describe(), gateway.url)
-    try:
-        gateway.server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        gateway.close()
+    gateway.serve()
 
 
 if __name__ == "__main__":
