@@ -38,6 +38,24 @@ def daemon_pid(data_dir: Path, gpu: str) -> int:
     return int((data_dir / "mps" / gpu / "pipe" / "daemon.pid").read_text())
 
 
+def kill_daemons(data_dir: Path) -> None:
+    for pid_file in data_dir.glob("mps/*/pipe/daemon.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+async def stop_agent_and_daemons(agent, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """The agent, then the stand-in daemons it started (they outlive it, as real ones do)."""
+    await agent.stop()
+    kill_daemons(data_dir)
+    # A question to a daemon cut short by the stop must leave no process or pipe behind:
+    # collected here, a leaked transport fails this test instead of a later one.
+    await asyncio.sleep(0.3)
+    gc.collect()
+
+
 async def test_a_daemon_per_card_workloads_pointed_at_it_and_a_dead_daemon_started_again(
         nats_server: NatsServer, bus: Bus, scheduler, tmp_path: Path, interceptor_lib: Path) -> None:
     data_dir = tmp_path / "data"
@@ -72,16 +90,7 @@ async def test_a_daemon_per_card_workloads_pointed_at_it_and_a_dead_daemon_start
         await wait_for(started_again, timeout=10, what="the daemon started again")
         assert agent.service.agent.mps.restarts == 1
     finally:
-        await agent.stop()
-        for pid_file in data_dir.glob("mps/*/pipe/daemon.pid"):
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        # A question to a daemon cut short by the stop must leave no process or pipe behind:
-        # collected here, a leaked transport fails this test instead of a later one.
-        await asyncio.sleep(0.3)
-        gc.collect()
+        await stop_agent_and_daemons(agent, data_dir)
 
 
 async def test_mps_mode_without_the_interceptor_is_refused_with_the_fix(
@@ -143,11 +152,4 @@ async def test_a_fatal_fault_is_named_in_every_workload_it_ended(
             assert (f"exited with code {code}: a fatal GPU fault on its GPU's MPS server ended the CUDA "
                     f"contexts of this workload and of workload {other!r}") in run.stderr, run.stderr
     finally:
-        await agent.stop()
-        for pid_file in data_dir.glob("mps/*/pipe/daemon.pid"):
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        await asyncio.sleep(0.3)
-        gc.collect()
+        await stop_agent_and_daemons(agent, data_dir)
