@@ -37,7 +37,7 @@ spec:
   command: [{python}, {script}]
   minReplicas: {min}
   maxReplicas: {max}
-  worker: {{gpuMemoryGiB: 8, gpuComputePercent: {compute}}}
+  worker: {worker}
   restartPolicy: {{maxRestarts: {restarts}, backoffSeconds: 1, maxBackoffSeconds: 5}}
   deadlines: {{schedulingTimeoutSeconds: 120, rendezvousTimeoutSeconds: 60}}
 """
@@ -65,10 +65,15 @@ class Platform:
 
     def submit(self, name: str, *, ckpt: Path, steps: int, step_sleep: float, min_replicas: int,
                max_replicas: int, compute: int = 30, restarts: int = 50,
-               env: dict[str, str] | None = None, launcher: str = "torch-elastic") -> None:
+               env: dict[str, str] | None = None, launcher: str = "torch-elastic",
+               script: Path | None = None, memory: int = 8, whole_gpu: bool = False) -> None:
+        """``script`` instead of the launcher's test script; ``whole_gpu``: ``gpus: 1`` per
+        worker instead of ``memory`` GiB and ``compute`` % of a card."""
         spec = self.work / f"{name}.yaml"
-        spec.write_text(JOB.format(name=name, python=sys.executable, script=SCRIPTS[launcher], min=min_replicas,
-                                   max=max_replicas, compute=compute, restarts=restarts, launcher=launcher))
+        worker = "{gpus: 1}" if whole_gpu else f"{{gpuMemoryGiB: {memory}, gpuComputePercent: {compute}}}"
+        spec.write_text(JOB.format(name=name, python=sys.executable, script=script or SCRIPTS[launcher],
+                                   min=min_replicas, max=max_replicas, worker=worker, restarts=restarts,
+                                   launcher=launcher))
         env = {**os.environ, "CKPT_DIR": str(ckpt), "STEPS": str(steps), "STEP_SLEEP": str(step_sleep),
                "CKPT_EVERY": str(CKPT_EVERY), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                **(env or {})}

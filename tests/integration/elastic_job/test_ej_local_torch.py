@@ -12,6 +12,7 @@ with the job's rendezvous hosted outside the workers, the real controller and sc
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,4 +96,36 @@ def test_the_job_grows_when_capacity_frees_and_shrinks_by_command(tmp_path: Path
         done = platform.finished("grow", timeout=240)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
         assert steps(ckpt)[-1][1] == 1
+        assert_trained_like_undisturbed(platform, ckpt, total)
+
+
+@pytest.mark.timeout(420)
+def test_whole_gpu_workers_get_a_card_each_and_grow_when_one_frees(tmp_path: Path) -> None:
+    ckpt, total = tmp_path / "ckpt", 200
+    ckpt.mkdir()
+    # Two cards, one held by another workload: a job of gpus: 1 workers runs with 1, then 2.
+    with local_platform(tmp_path, "sim:2x80", env={"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"}) as platform:
+        blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute",
+                                    "10", "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps,
+                       timeout=60, interval=0.5, what="the blocker running")
+            platform.submit("whole", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=1, max_replicas=2,
+                            whole_gpu=True)
+            wait_until(platform.running_with("whole", 1, after_step=5), timeout=120, interval=0.5,
+                       what="the job Running with the 1 worker whose card is untouched")
+            blocker.send_signal(signal.SIGINT)
+            blocker.wait(60)
+        finally:
+            blocker.kill()
+        wait_until(platform.running_with("whole", 2), timeout=90, interval=0.5,
+                   what="the job grown to 2 once the blocker's card was free")
+        rows = json.loads(platform.cli("ps", "--json").stdout)
+        workers = [r for r in rows if r["name"].startswith("whole-") and r["state"] == "running"]
+        assert len(workers) == 2, rows
+        assert len({w["gpu"] for w in workers}) == 2, f"two workers on one card: {workers}"
+        assert all(w["compute_percent"] == "100" and w["memory_gib"] == "80" for w in workers), workers
+        done = platform.finished("whole", timeout=240)
+        assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
         assert_trained_like_undisturbed(platform, ckpt, total)

@@ -135,7 +135,7 @@ class JobWorkers:
             if spec.whole_gpus > 1:
                 raise PermanentError(f"training job {spec.name}: {spec.whole_gpus} whole GPUs per "
                                      "worker; a local worker gets one card (use gpus: 1)")
-            request = common_pb2.GpuRequest(memory_gib=0, compute_percent=100)
+            request = self._whole_card(spec.name)
         workload = wl.Workload(
             ref=common_pb2.WorkloadRef(uid=uid, name=f"{base}-{uid[:8]}", namespace="local",
                                        mode=common_pb2.MODE_LOCAL),
@@ -148,6 +148,16 @@ class JobWorkers:
         workspace.write_worker_environment(worker_env(plan, endpoint))
         await self.agent.on_submit("", workload)
         return uid
+
+    def _whole_card(self, job: str) -> common_pb2.GpuRequest:
+        """A whole card as a share the scheduler places: all of the compute (so nothing else
+        fits beside it) and the memory of this machine's smallest healthy card (so any free
+        card holds it; on a machine of one model, all of the card)."""
+        sizes = [g.memory_gib for g in self.agent.gpus.gpus if g.healthy]
+        if not sizes:
+            raise PermanentError(f"training job {job}: its workers ask for whole GPUs (gpus: 1) and this "
+                                 "machine has no healthy GPU")
+        return common_pb2.GpuRequest(memory_gib=min(sizes), compute_percent=100)
 
     async def _stop(self, w: wl.Workload) -> None:
         if w.phase == P.WORKLOAD_PHASE_PENDING:
