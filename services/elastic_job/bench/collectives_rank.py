@@ -268,8 +268,9 @@ def _watchdog(deadline: float) -> None:
 
 
 def _rank_device(torch, kind: str, local: int):
-    """The node-local rank's device, made current: rank r on cuda:r, or the CPU."""
-    device = torch.device(f"cuda:{local}" if kind == "cuda" else "cpu")
+    """The node-local rank's device, made current: rank r on cuda:r (on cuda:r mod the cards
+    seen, where the launcher let ranks share a card: its one-GPU dry run), or the CPU."""
+    device = torch.device(f"cuda:{local % torch.cuda.device_count()}" if kind == "cuda" else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
