@@ -8,9 +8,9 @@ world resumes from the checkpoint; each rank writes its step to ``$ALNAIR_PROGRE
 
 Data parallelism is weak scaling: each rank trains BATCH sequences per step, so a step at a
 world of n trains n × BATCH samples, and the job ends once SAMPLES samples are trained (the
-same work at any size). The checkpoint (model and optimizer) is copied to host memory between
-steps and written to disk by a thread, so a save costs the step a device-to-host copy, not a
-disk write; a restore loads the newest complete one.
+same work at any size). The checkpoint (model and optimizer) is copied into pinned host buffers
+between steps and written to disk by a thread, so a save costs the step a device-to-host
+copy, not a disk write; a restore loads the newest complete one.
 
 Environment: CKPT_DIR (required), SAMPLES (default 10**9), CKPT_EVERY (50), DEVICE (cuda if
 available), BACKEND (nccl on CUDA, gloo on CPU; NCCL refuses two ranks on one card, so
@@ -55,22 +55,25 @@ class Gpt(nn.Module):
 
 
 class Checkpointer:
-    """Host copies taken between steps, written by one thread; the newest complete file wins."""
+    """Snapshots copied into pinned host buffers between steps (allocated once, so a save
+    costs the step one device-to-host copy), written by one thread; the newest complete file
+    wins."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / "checkpoint.pt"
         self.writer: threading.Thread | None = None
+        self.host: dict | None = None
 
     def load(self, device: torch.device) -> dict | None:
         return torch.load(self.path, map_location=device) if self.path.exists() else None
 
     def save(self, state: dict) -> None:
         if self.writer is not None:
-            self.writer.join()  # one write at a time: the next snapshot waits for the last
-        host = _to_host(state)
+            self.writer.join()  # the buffers are the last snapshot's until it is written
+        self.host = _copy_to_host(state, self.host)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        self.writer = threading.Thread(target=self._write, args=(host,), daemon=True)
+        self.writer = threading.Thread(target=self._write, args=(self.host,), daemon=True)
         self.writer.start()
 
     def _write(self, host: dict) -> None:
@@ -83,13 +86,19 @@ class Checkpointer:
             self.writer.join()
 
 
-def _to_host(value):  # type: ignore[no-untyped-def]
+def _copy_to_host(value, into=None):  # type: ignore[no-untyped-def]
+    """``value`` with every tensor copied to host memory: into ``into``'s tensors where it
+    has one of the same shape (a snapshot before), else into new pinned ones."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", non_blocking=True)
+        if not (isinstance(into, torch.Tensor) and into.shape == value.shape and into.dtype == value.dtype):
+            into = torch.empty(value.shape, dtype=value.dtype, pin_memory=value.is_cuda)
+        return into.copy_(value.detach(), non_blocking=True)
     if isinstance(value, dict):
-        return {k: _to_host(v) for k, v in value.items()}
+        into = into if isinstance(into, dict) else {}
+        return {k: _copy_to_host(v, into.get(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_to_host(v) for v in value)
+        into = into if isinstance(into, list | tuple) and len(into) == len(value) else [None] * len(value)
+        return type(value)(_copy_to_host(v, i) for v, i in zip(value, into, strict=True))
     return value
 
 
