@@ -16,6 +16,7 @@ gpus=$(nvidia-smi -L | grep -c '^GPU')
   > "$out/machine.txt" 2>&1
 make -s -C native/cuda_intercept BUILD_DIR=/tmp/alnair-b lib > "$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 ck=$(mktemp -d)
+if [ -z "${SKIP_ALONE:-}" ]; then  # SKIP_ALONE=1: straight to the bench
 CKPT_DIR=$ck SAMPLES=1600 CKPT_EVERY=100 timeout 150 torchrun --standalone --nproc-per-node=1 \
   services/elastic_job/bench/train_transformer.py > "$out/alone.log" 2>&1
 echo "alone rc=$? (300m GPT, NCCL, world 1)"
@@ -26,6 +27,7 @@ gaps = [float(b[2]) - float(a[2]) for a, b in zip(rows[10:], rows[11:])]
 print(f"alone: {len(rows)} steps, median step {statistics.median(gaps):.4f} s, "
       f"{8 / statistics.median(gaps):.1f} samples/s, slowest {max(gaps):.3f} s (a checkpoint)")
 EOF
+fi
 bench=(bash scripts/gpu/repo_env.sh python3 services/elastic_job/bench/two_gpu_bench.py --gpus ""
        --interceptor /tmp/alnair-b/libalnair_cuda.so --keep /tmp/alnair-2gpu-work)
 [ "$phases" = all ] && phases="whole share"
