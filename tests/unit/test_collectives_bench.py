@@ -124,3 +124,12 @@ def test_gloo_on_cpu_end_to_end(tmp_path: Path) -> None:
     md = (tmp_path / "collectives.md").read_text()
     assert "| 4 KiB |" in md and "| size | gloo busbw GB/s | gloo time |" in md and "training step" not in md
     assert (tmp_path / "busbw.csv").read_text().count("\ngloo,") == 3
+
+
+def test_open_mpi_4_gets_vader_for_shared_memory_and_5_gets_sm(modules: dict) -> None:
+    bench = modules["collectives_bench"]
+    four = bench.mca_args("mpi", "mpirun (Open MPI) 4.1.6")
+    assert "self,vader" in four and "self,sm" not in four
+    assert four[-2:] == ["btl_vader_single_copy_mechanism", "none"]
+    assert "self,sm" in bench.mca_args("mpi", "mpirun (Open MPI) 5.0.11")
+    assert bench.mca_args("mpi-tcp", "mpirun (Open MPI) 4.1.6") == bench.MPI_MCA["mpi-tcp"]

@@ -47,6 +47,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -67,7 +68,20 @@ MPI_MCA = {
     "mpi": ["--mca", "pml", "ob1", "--mca", "btl", "self,sm"],
     "mpi-tcp": ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
 }
-MPI_TRANSPORT = {"mpi": "Open MPI ob1, btl sm (shared memory)", "mpi-tcp": "Open MPI ob1, btl tcp over loopback"}
+MPI_TRANSPORT = {"mpi": "Open MPI ob1, btl sm/vader (shared memory)", "mpi-tcp": "Open MPI ob1, btl tcp over loopback"}
+
+
+def mca_args(backend: str, version: str) -> list[str]:
+    """MPI_MCA[backend] for this Open MPI: its shared-memory BTL is ``vader`` before 5.0
+    (Open MPI 4.1 refuses ``sm``: "the sm BTL is no longer available"), ``sm`` from 5.0 on."""
+    found = re.search(r"(\d+)\.\d+", version)
+    if backend == "mpi" and found and int(found.group(1)) < 5:
+        # and no CMA single copy (ptrace is refused in containers), as images/worker-mpi sets it
+        return [*(a.replace("self,sm", "self,vader") for a in MPI_MCA[backend]),
+                "--mca", "btl_vader_single_copy_mechanism", "none"]
+    return MPI_MCA[backend]
+
+
 DEFAULT_BACKENDS = {"cuda": "nccl,mpi,gloo,mpi-tcp", "cpu": "gloo,mpi,mpi-tcp"}
 RDMA_NONE = "no RDMA device (/sys/class/infiniband absent or empty): no RDMA numbers"
 
@@ -291,7 +305,7 @@ def run_backend(args, backend: str, timeout: float, mpi: dict) -> dict:
         mode = "device" if args.device == "cuda" and mpi.get("cuda_aware") else "host-staged"
         if args.mpi_cuda_aware != "auto":
             mode = "device" if args.mpi_cuda_aware == "yes" else "host-staged"
-        cmd = [mpi["mpirun"], "-n", str(args.ranks), "--bind-to", "none", *MPI_MCA[backend],
+        cmd = [mpi["mpirun"], "-n", str(args.ranks), "--bind-to", "none", *mca_args(backend, mpi["version"]),
                *worker_args(args, backend, collectives_until, mode, timeout)]
         logs.append(open(out / f"{backend}.log", "w"))  # noqa: SIM115 (closed below)
         procs.append(subprocess.Popen(cmd, env=rank_env(mpi["env"], out, backend, 0), stdout=subprocess.PIPE,
