@@ -173,7 +173,8 @@ class Platform:
                 self.nats.process = None
             if self.nats.process is None:
                 try:
-                    await asyncio.to_thread(self.nats.start)
+                    self.nats.launch()  # here, on the main thread: see NatsServer.launch
+                    await asyncio.to_thread(self.nats.wait_listening)
                     backoff = 0.5
                 except AlnairError as e:
                     self.console.print(f"[red]nats-server did not start: {escape(str(e))}; "

@@ -41,7 +41,9 @@ class ServiceSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     data_dir: Path = Field(default_factory=default_data_dir)
-    shutdown_grace_seconds: float = Field(10.0, gt=0, le=600)
+    shutdown_grace_seconds: float = Field(
+        10.0, gt=0, le=600, description="Longest a stop may take: past it the process exits "
+                                        "at once (exit 1), whatever it is waiting on")
     leader_lease_seconds: float = Field(
         10.0, ge=1, le=300, description="Lease of a leader-elected service: a standby takes "
                                         "over this long after the leader's last renewal")

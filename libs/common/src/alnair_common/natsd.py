@@ -87,6 +87,13 @@ class NatsServer:
 
     def start(self, timeout: float = 15.0) -> None:
         """Start and wait until the port accepts connections; raise with the server's log."""
+        self.launch()
+        self.wait_listening(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to listen. From the main thread: the
+        parent-death signal belongs to the thread that forks, so a server launched from a
+        worker thread (``asyncio.to_thread``) is given none and would outlive its parent."""
         if not port_is_free(self.host, self.port):
             raise ConfigError(
                 f"port {self.port} on {self.host} is already in use: stop what holds it or "
@@ -95,20 +102,23 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         if self.config is not None:
             self._write_config()
-        log_path = self.log_file or self.store_dir / "nats-server.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as out:
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "ab") as out:
             self.process = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 # JetStream flushes on SIGTERM; a supervisor that was killed cannot send it.
                 preexec_fn=die_with_parent(signal.SIGTERM),
             )
+
+    def wait_listening(self, timeout: float = 15.0) -> None:
+        """Block until the launched server accepts connections; raise with its log."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise TemporaryError(
                     f"nats-server exited with {self.process.returncode}: "
-                    f"{log_path.read_text(errors='replace')[-2000:]}"
+                    f"{self._log_path.read_text(errors='replace')[-2000:]}"
                 )
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
@@ -117,6 +127,10 @@ class NatsServer:
                 time.sleep(0.05)
         self.stop()
         raise TemporaryError(f"nats-server did not listen on {self.url} within {timeout:.0f} s")
+
+    @property
+    def _log_path(self) -> Path:
+        return self.log_file or self.store_dir / "nats-server.log"
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (JetStream flushes to disk), SIGKILL if it does not exit in time."""

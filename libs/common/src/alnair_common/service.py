@@ -4,7 +4,8 @@ A service subclasses :class:`Service`, sets ``name`` and ``role`` and overrides
 :meth:`Service.setup` (subscribe, start consumers and tasks). :func:`run_service` is its
 console entrypoint: settings are validated first (a bad setting exits 2 with the reason),
 then SIGTERM/SIGINT start a graceful shutdown: consumers finish the message in hand, the
-connection drains, background tasks are cancelled last.
+connection drains, background tasks are cancelled last. Once a stop has begun, the process
+ends within ``shutdown_grace_seconds`` whatever it is waiting on (exit 1 if that cut it short).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Coroutine
 from typing import Any, ClassVar
@@ -148,6 +150,7 @@ class Service:
         return True
 
     async def _shutdown(self) -> None:
+        self._stop.set()  # however the run ended (a failed setup, too): a stop has begun
         self.log.info("shutting down")
         self.health.live = False
         for consumer in self._consumers:
@@ -180,6 +183,36 @@ class Service:
         self._stop.set()
 
 
+class _ExitDeadline:
+    """Ends the process ``seconds`` after :meth:`arm`, wherever its shutdown has got to.
+
+    Each step of a graceful shutdown is bounded, but their sum is not, and a step that waits
+    on a bus that died in the middle (SIGKILL of `alnair up` takes nats-server along) once
+    kept a service alive for over 30 s. Under a killed `alnair up` nobody follows the
+    parent-death SIGTERM with a SIGKILL: the process has to end itself. A timer thread, so
+    that neither a busy event loop nor a thread that interpreter exit joins can hold it up.
+    """
+
+    def __init__(self, seconds: float, service: str) -> None:
+        self.seconds = seconds
+        self.service = service
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        """Start the countdown; a second call keeps the first deadline."""
+        if self._timer is None:
+            self._timer = threading.Timer(self.seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        # Not through the logger: the main thread may hold its lock, stuck in a write.
+        with contextlib.suppress(OSError):
+            os.write(2, f"alnair-{self.service}: shutdown not finished after "
+                        f"{self.seconds:g} s (shutdown_grace_seconds); exiting\n".encode())
+        os._exit(1)
+
+
 def run_service(cls: type[Service]) -> None:
     """Console entrypoint: validate settings, configure logging, run until a signal."""
     try:
@@ -189,16 +222,28 @@ def run_service(cls: type[Service]) -> None:
         raise SystemExit(2) from e
     configure_logging(settings.log_level, settings.log_format, service=cls.name,
                       node=settings.node_name)
+    deadline = _ExitDeadline(settings.shutdown_grace_seconds, cls.name)
 
     async def _main() -> None:
         service = cls(settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.request_stop)
-        await service.run()
+
+        async def arm_on_stop() -> None:
+            await service._stop.wait()
+            deadline.arm()
+
+        arming = asyncio.create_task(arm_on_stop(), name="exit-deadline")
+        try:
+            await service.run()
+        finally:
+            arming.cancel()
 
     try:
         asyncio.run(_main())
     except AlnairError as e:
         get_logger(f"alnair.{cls.name}").error("service failed", error=str(e))
         raise SystemExit(1) from e
+    finally:
+        deadline.arm()  # asyncio.run's clean-up and the interpreter's exit are bounded too

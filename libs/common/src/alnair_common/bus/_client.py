@@ -37,6 +37,11 @@ Handler = Callable[[str, M], Awaitable[None]]
 Responder = Callable[[M], Awaitable[Message]]
 
 MSG_ID_HEADER = "Nats-Msg-Id"
+# The most a drain takes before the connection is simply closed. nats-py's own bounds are a
+# flush's 10 s wait for its PONG (once per subscription of a micro service, one after the
+# other) and 30 s for the subscriptions to drain: a server that goes away during the drain
+# never answers, and a stopping service waited for all of them.
+DRAIN_SECONDS = 5.0
 log = get_logger("alnair.bus")
 
 
@@ -72,6 +77,7 @@ class Bus:
         self._publish_allow = allowed["publish"]["allow"]
         self._subscribe_allow = allowed["subscribe"]["allow"]
         self._micro: list[nats.micro.service.Service] = []
+        self._lost = asyncio.Event()  # set while the connection is down (nats-py's callbacks)
 
     @classmethod
     async def connect(
@@ -107,11 +113,15 @@ class Bus:
             log.info("nats connection error", service=service, error=str(e))
 
         async def _on_disconnect() -> None:
-            # A disconnect we asked for (drain/close) is not worth a warning.
+            # A disconnect we asked for (drain/close) is neither lost nor worth a warning.
             if not (bus_ref and (bus_ref[0].nc.is_draining or bus_ref[0].nc.is_closed)):
+                if bus_ref:
+                    bus_ref[0]._lost.set()
                 log.warning("nats disconnected", service=service)
 
         async def _on_reconnect() -> None:
+            if bus_ref:
+                bus_ref[0]._lost.clear()
             log.info("nats reconnected", service=service)
 
         bus_ref: list[Bus] = []
@@ -308,8 +318,37 @@ class Bus:
         _metrics.counter(_metrics.RECEIVED, self.service, pattern).inc()
         return decoded
 
-    async def drain(self) -> None:
-        """Stop receiving, let in-flight handlers finish, flush publishes, then close."""
+    async def drain(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Stop receiving, let in-flight handlers finish, flush publishes, then close.
+
+        Bounded: after ``timeout`` seconds, or as soon as the connection is lost (a server
+        that dies during the drain, as ``alnair up`` killed takes nats-server along, answers
+        no flush), the connection is closed instead — there is nothing left to flush to.
+        """
+        if self.nc.is_closed:
+            return
+        if not self.nc.is_connected:  # the bus went away: nothing to flush, and draining would
+            self._micro.clear()       # wait its whole drain timeout (30 s) for a reconnect
+            await self._close()
+            return
+        graceful = asyncio.create_task(self._drain_gracefully(), name="bus-drain")
+        lost = asyncio.create_task(self._lost.wait(), name="bus-drain-lost")
+        try:
+            await asyncio.wait({graceful, lost}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if graceful.done():
+            graceful.result()
+            return
+        # Not awaited: nats-py's drain swallows the cancel and then flushes once more (10 s).
+        graceful.cancel()
+        graceful.add_done_callback(lambda t: t.cancelled() or t.exception())
+        log.warning("drain cut short; closing", service=self.service,
+                    reason="connection lost" if self._lost.is_set() else f"over {timeout:g} s")
+        await self._close()
+
+    async def _drain_gracefully(self) -> None:
         for svc in self._micro:
             try:
                 await svc.stop()
@@ -318,15 +357,18 @@ class Bus:
         self._micro.clear()
         if self.nc.is_closed:
             return
-        if not self.nc.is_connected:  # the bus went away: nothing to flush, and draining would
-            await self.nc.close()     # wait its whole drain timeout (30 s) for a reconnect
+        if not self.nc.is_connected:
+            await self._close()
             return
         try:
             await self.nc.drain()
         except (TimeoutError, OSError, nats.errors.Error) as e:
             # OSError: the connection was reset while draining (the server went meanwhile)
             log.warning("drain failed; closing", error=str(e))
-            try:
-                await self.nc.close()
-            except (OSError, nats.errors.Error) as again:
-                log.warning("close after a failed drain failed too", error=str(again))
+            await self._close()
+
+    async def _close(self) -> None:
+        try:
+            await self.nc.close()
+        except (OSError, nats.errors.Error) as e:
+            log.warning("closing the connection failed", error=str(e))
