@@ -543,6 +543,7 @@ class WorkerPlan(_message.Message):
     GANG_MIN_FIELD_NUMBER: _builtins.int
     STOP_FIELD_NUMBER: _builtins.int
     RENDEZVOUS_ID_FIELD_NUMBER: _builtins.int
+    COMPLETING_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     phase: Global___JobPhase.ValueType
     target: _builtins.int
@@ -552,6 +553,11 @@ class WorkerPlan(_message.Message):
     many (a PodGroup's minMember): all or nothing.
     """
     rendezvous_id: _builtins.str
+    completing: _builtins.bool
+    """The job is finishing (a worker exited 0): the live workers end by themselves, and none is
+    created, however few are live when the plan is applied (target counts the live ones the
+    controller knew of; one that ended since must not be replaced).
+    """
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -568,10 +574,11 @@ class WorkerPlan(_message.Message):
         gang_min: _builtins.int = ...,
         stop: _abc.Iterable[_builtins.str] | None = ...,
         rendezvous_id: _builtins.str = ...,
+        completing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang_min", b"gang_min", "generation", b"generation", "phase", b"phase", "rendezvous_id", b"rendezvous_id", "spec", b"spec", "stop", b"stop", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completing", b"completing", "gang_min", b"gang_min", "generation", b"generation", "phase", b"phase", "rendezvous_id", b"rendezvous_id", "spec", b"spec", "stop", b"stop", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

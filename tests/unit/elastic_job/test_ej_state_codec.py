@@ -64,3 +64,17 @@ def test_each_gang_started_from_none_gets_a_fresh_rendezvous_id() -> None:
     s = ej.step(job, s, ej.Tick(), 100.0)                  # after the back-off: a new gang
     assert s.phase is ej.Phase.SCHEDULING
     assert worker_plan(job, s, 2, 2).rendezvous_id == "default.resnet.2"
+
+
+def test_a_completing_job_plans_no_new_worker() -> None:
+    from alnair_elastic_job._state_codec import worker_plan
+    job = ej.TrainingJob("resnet", ("python", "t.py"), 1, 3, ej.WorkerRequest(whole_gpus=1),
+                         launcher=ej.Launcher.TORCH_ELASTIC)
+    s = ej.step(job, ej.submitted(0.0), ej.CapacityChanged(3), 1.0)
+    s = ej.step(job, s, ej.WorkersPlaced(frozenset("abc")), 2.0)
+    s = ej.step(job, s, ej.RendezvousComplete(frozenset("abc"), 1), 3.0)
+    assert not worker_plan(job, s, 0, 0).completing
+    s = ej.step(job, s, ej.WorkerExited("a", 0), 4.0)      # the first to finish
+    assert s.reason == "Completing"
+    plan = worker_plan(job, s, 0, 0)
+    assert plan.completing and plan.target == 2 and not plan.stop

@@ -57,6 +57,16 @@ def test_a_worker_of_an_earlier_gang_is_stopped_and_not_counted() -> None:
     assert plan_changes(p, {"old", "a"}, gangs=gangs) == type(changes)(("old",), 2)
 
 
+def test_a_completing_plan_replaces_no_worker_that_finished_since() -> None:
+    # The controller counted two live workers; by the time the plan is applied one finished.
+    p = plan(2)
+    assert plan_changes(p, {"a"}).create == 1  # an ordinary plan: the missing one is made
+    p.completing = True
+    assert plan_changes(p, {"a"}).create == 0
+    assert plan_changes(p, set()).create == 0
+    assert plan_changes(p, {"a", "b"}, pending={"b"}).stop == ()  # the live ones finish by themselves
+
+
 def test_workers_run_the_command_under_torchrun_meeting_at_the_host() -> None:
     argv = worker_command(plan(3), "127.0.0.1:29400")
     assert argv[0] == "torchrun" and argv[-5:] == ["--no-python", "python", "train.py", "--lr", "0.1"]

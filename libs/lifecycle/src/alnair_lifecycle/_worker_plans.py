@@ -78,7 +78,10 @@ def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str], pending: Iterabl
     earlier gang can never join this plan's (it meets in the old rendezvous, whose host is
     gone): it is stopped, never counted. The controller may not know it — one made for the
     old gang just before its host died is still unplaced — so the adapter must not wait for
-    the controller to name it."""
+    the controller to name it.
+
+    A completing plan creates nothing: its target counts the live workers the controller
+    knew of, and one that finished since (exit 0) must not be replaced."""
     alive = set(live)
     stale = {u for u, gang in (gangs or {}).items()
              if u in alive and plan.rendezvous_id and gang and gang != plan.rendezvous_id}
@@ -86,7 +89,8 @@ def plan_changes(plan: job_pb2.WorkerPlan, live: Iterable[str], pending: Iterabl
     excess = len(alive - stopping) - plan.target
     if excess > 0:
         stopping |= set(sorted((alive - stopping) & set(pending))[:excess])
-    return PlanChanges(tuple(sorted(stopping)), max(0, plan.target - len(alive - stopping)))
+    missing = 0 if plan.completing else max(0, plan.target - len(alive - stopping))
+    return PlanChanges(tuple(sorted(stopping)), missing)
 
 
 def worker_labels(plan: job_pb2.WorkerPlan) -> dict[str, str]:

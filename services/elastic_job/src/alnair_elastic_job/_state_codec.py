@@ -61,7 +61,7 @@ def worker_plan(job: TrainingJob, s: JobStatus, create: int, gang: int) -> job_p
     return job_pb2.WorkerPlan(
         spec=to_proto(job), generation=s.generation, phase=PHASE_TO_PROTO[s.phase],
         target=len(s.alive) + create, gang_min=gang, stop=sorted(s.stopping),
-        rendezvous_id=rendezvous_id(job, s))
+        rendezvous_id=rendezvous_id(job, s), completing=s.completing)
 
 
 @dataclass(frozen=True)
