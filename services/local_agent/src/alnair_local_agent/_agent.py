@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,6 +50,15 @@ class Agent:
         self.workloads_dir = workloads_dir
         self.interceptor = interceptor
         self.watchers: dict[str, asyncio.Task[None]] = {}
+        # One transition of a workload at a time: a withdrawal must not slip in while its bind
+        # is being carried out (both look at its last phase, then act after awaiting).
+        self._transitions: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _transition(self, uid: str) -> asyncio.Lock:
+        lock = self._transitions.get(uid)
+        if lock is None:
+            lock = self._transitions[uid] = asyncio.Lock()
+        return lock
 
     # -- submissions ----------------------------------------------------------------------
 
@@ -69,13 +79,17 @@ class Agent:
         pending.node = ""
         await self.lifecycle.publish(pending)
 
-    async def withdraw(self, workload: wl.Workload) -> None:
+    async def withdraw(self, workload: wl.Workload) -> bool:
         """`alnair run` interrupted, or a worker no longer wanted, before it started: it will
-        not run."""
-        last = await self.lifecycle.last(workload.ref.uid)
-        if last is not None and last.workload.phase == P.WORKLOAD_PHASE_PENDING:
+        not run. False when it was no longer pending (bound or started meanwhile): the caller
+        must stop it as a running workload."""
+        async with self._transition(workload.ref.uid):
+            last = await self.lifecycle.last(workload.ref.uid)
+            if last is None or last.workload.phase != P.WORKLOAD_PHASE_PENDING:
+                return False
             await self.lifecycle.publish(self._public(last.workload, P.WORKLOAD_PHASE_DELETED,
                                                       "withdrawn before it started"))
+            return True
 
     async def _reject(self, workload: wl.Workload, reason: str) -> None:
         log.warning("submission rejected", name=workload.ref.name, reason=reason)
@@ -92,6 +106,10 @@ class Agent:
     async def on_bind(self, _subject: str, d: scheduling_pb2.BindDecision) -> None:
         if d.workload.mode != common_pb2.MODE_LOCAL or d.assignment.node != self.node:
             return  # a pod's, or another machine's
+        async with self._transition(d.workload.uid):
+            await self._bind(d)
+
+    async def _bind(self, d: scheduling_pb2.BindDecision) -> None:
         last = await self.lifecycle.last(d.workload.uid)
         workspace = Workspace.of(self.workloads_dir, d.workload.uid)
         submission = workspace.submission()

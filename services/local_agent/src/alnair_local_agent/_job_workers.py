@@ -160,9 +160,8 @@ class JobWorkers:
         return common_pb2.GpuRequest(memory_gib=min(sizes), compute_percent=100)
 
     async def _stop(self, w: wl.Workload) -> None:
-        if w.phase == P.WORKLOAD_PHASE_PENDING:
-            await self.agent.withdraw(w)
-            return
+        if w.phase == P.WORKLOAD_PHASE_PENDING and await self.agent.withdraw(w):
+            return  # else it was bound meanwhile: stopped as a running one below
         workspace = Workspace.of(self.agent.workloads_dir, w.ref.uid)
         process = workspace.process()
         if process is None or not still_running(*process):
