@@ -42,6 +42,17 @@ def nats_server_pids(port: int) -> list[int]:
     return found
 
 
+def kill_leftovers(up: subprocess.Popen, pids: list[int]) -> None:
+    """A test's clean-up whatever it got to: `alnair up` killed if still running, then every
+    service or nats-server pid it recorded that is still alive."""
+    if up.poll() is None:
+        up.kill()
+        up.wait()
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def running_platform(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
                      timeout: float = 150) -> Iterator[Path]:

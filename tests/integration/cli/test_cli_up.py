@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import ALNAIR, alive, nats_server_pids
+from cli_support import ALNAIR, alive, kill_leftovers, nats_server_pids
 
 from alnair.v1 import inventory_pb2, platform_pb2
 from alnair_common import Bus, TypedKV, subjects
@@ -115,10 +115,5 @@ async def test_up_status_events_and_clean_stop(tmp_path: Path) -> None:
         assert not (data_dir / "run" / "platform.json").exists()
         assert status(data_dir).returncode == 1
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        for pid in service_pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_leftovers(up, service_pids)
         log.close()

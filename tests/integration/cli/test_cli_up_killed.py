@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_support import ALNAIR, alive, nats_server_pids
+from cli_support import ALNAIR, alive, kill_leftovers, nats_server_pids
 
 from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
@@ -51,15 +51,6 @@ def _kill_up_and_expect_all_gone(up: subprocess.Popen[bytes], names: dict[int, s
         raise AssertionError(f"still running: {left}; their logs' ends: {logs}") from e
 
 
-def _clean_up(up: subprocess.Popen[bytes], pids: list[int]) -> None:
-    if up.poll() is None:
-        up.kill()
-        up.wait()
-    for pid in pids:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
 @pytest.mark.timeout(180)
 def test_sigkill_of_up_takes_services_and_nats_down(tmp_path: Path) -> None:
     data_dir, port = tmp_path / "alnair", free_port()
@@ -70,7 +61,7 @@ def test_sigkill_of_up_takes_services_and_nats_down(tmp_path: Path) -> None:
         pids = list(names)
         _kill_up_and_expect_all_gone(up, names, data_dir)
     finally:
-        _clean_up(up, pids)
+        kill_leftovers(up, pids)
 
 
 @pytest.mark.timeout(240)
@@ -91,4 +82,4 @@ def test_sigkill_of_up_takes_a_restarted_nats_server_down(tmp_path: Path) -> Non
         pids += list(names)
         _kill_up_and_expect_all_gone(up, names, data_dir)
     finally:
-        _clean_up(up, pids)
+        kill_leftovers(up, pids)
