@@ -16,6 +16,7 @@ from pathlib import Path
 from la_support import SIM_GPU0, decision, events_of
 from test_la_forged_binds import submit
 
+from alnair.v1 import scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
 from alnair_common import Bus
 from alnair_common.natsd import NatsServer
@@ -25,12 +26,21 @@ from alnair_common.testing.allocations import commit_share
 P = wl.WorkloadPhase
 
 
-async def test_a_withdrawal_during_the_bind_comes_too_late_and_says_so(
-        bus: Bus, nats_server: NatsServer, agent, scheduler, tmp_path: Path) -> None:
+async def held_with_its_decision(bus: Bus, nats_server: NatsServer, scheduler,  # noqa: ANN001
+                                 tmp_path: Path, name: str
+                                 ) -> tuple[asyncio.subprocess.Process, wl.Workload, scheduling_pb2.BindDecision]:
+    """A pending workload the stand-in scheduler holds back, and a decision for it whose
+    share is committed (what the scheduler does before it decides): the agent would start it."""
     scheduler.hold = True
-    proc, w = await submit(nats_server, tmp_path, bus, "raced", 8)
+    proc, w = await submit(nats_server, tmp_path, bus, name, 8)
     d = decision(w, SIM_GPU0)
     await commit_share(bus, d)
+    return proc, w, d
+
+
+async def test_a_withdrawal_during_the_bind_comes_too_late_and_says_so(
+        bus: Bus, nats_server: NatsServer, agent, scheduler, tmp_path: Path) -> None:
+    proc, w, d = await held_with_its_decision(bus, nats_server, scheduler, tmp_path, "raced")
     core = agent.service.agent
     # The bind starts first; the withdrawal arrives at its first wait, both having seen "pending".
     _, withdrawn = await asyncio.gather(core.on_bind("", d), core.withdraw(w))
@@ -48,10 +58,7 @@ async def test_a_withdrawal_during_the_bind_comes_too_late_and_says_so(
 
 async def test_a_withdrawal_first_means_the_bind_starts_nothing(
         bus: Bus, nats_server: NatsServer, agent, scheduler, tmp_path: Path) -> None:
-    scheduler.hold = True
-    proc, w = await submit(nats_server, tmp_path, bus, "gone", 8)
-    d = decision(w, SIM_GPU0)
-    await commit_share(bus, d)
+    proc, w, d = await held_with_its_decision(bus, nats_server, scheduler, tmp_path, "gone")
     core = agent.service.agent
     withdrawn, _ = await asyncio.gather(core.withdraw(w), core.on_bind("", d))
     assert withdrawn is True
