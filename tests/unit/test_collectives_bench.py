@@ -12,7 +12,7 @@ import pytest
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "services" / "elastic_job" / "bench"
 BENCH = BENCH_DIR / "collectives_bench.py"
-MODULES = ("collectives_report", "collectives_rank", "collectives_bench")
+MODULES = ("collectives_report", "collectives_rank", "collectives_mpi", "collectives_bench")
 
 
 @pytest.fixture(scope="module")
