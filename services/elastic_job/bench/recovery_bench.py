@@ -39,7 +39,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "elastic_job"))
 
-from local_jobs import ALNAIR, P, local_platform, steps  # noqa: E402
+from local_jobs import P, local_platform, steps  # noqa: E402
 
 from alnair_common.testing import wait_until  # noqa: E402
 
@@ -105,12 +104,8 @@ def scale_phase(platform, args, work: Path, job_env: dict[str, str]) -> dict[str
     """Up when capacity frees (a blocker at 50 % compute ends), down by command; timed from each cause."""
     ckpt = work / "ckpt-scale"
     ckpt.mkdir()
-    blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute", "50",
-                                "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    blocker = platform.blocker(memory=8, compute=50)
     try:
-        wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps, timeout=60,
-                   interval=0.5, what="the blocker running")
         platform.submit("scale", ckpt=ckpt, steps=10**6, step_sleep=args.step_sleep, min_replicas=1,
                         max_replicas=args.world, compute=args.compute, env=job_env, launcher=args.launcher[0])
         half = min(args.world, 50 // args.compute)
@@ -119,8 +114,7 @@ def scale_phase(platform, args, work: Path, job_env: dict[str, str]) -> dict[str
         before = len(steps(ckpt))
         wait_until(lambda: len(steps(ckpt)) >= before + 20, timeout=120, interval=0.2, what="progress")
         freed = time.time()
-        blocker.send_signal(signal.SIGINT)  # Ctrl-C: `alnair run` withdraws its workload
-        blocker.wait(60)
+        platform.release(blocker)
     finally:
         blocker.kill()
     wait_until(platform.running_with("scale", args.world), timeout=120, interval=0.05, what="grown")

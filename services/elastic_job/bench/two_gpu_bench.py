@@ -39,9 +39,7 @@ import argparse
 import contextlib
 import json
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[2] / "tests" / "integration" / "elastic_job")]
 
-from local_jobs import ALNAIR, P, Platform, local_platform  # noqa: E402
+from local_jobs import P, Platform, local_platform  # noqa: E402
 from recovery_bench import first_step_at, recovery_round  # noqa: E402
 
 from alnair_common.testing import wait_until  # noqa: E402
@@ -133,30 +131,13 @@ def watch_exits(pids: list[int], since: float, until: float) -> dict[int, float 
     return gone
 
 
-def blocker(platform: Platform, compute: int, memory: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", str(memory), "--gpu-compute",
-                             str(compute), "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps, timeout=60,
-               interval=0.5, what="the blocker running")
-    return proc
-
-
-def end(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: `alnair run` withdraws its workload
-    try:
-        proc.wait(60)
-    finally:
-        proc.kill()
-
-
 def whole_phase(platform: Platform, args: argparse.Namespace, work: Path, env: dict[str, str]) -> dict:
     whole = not args.whole_share
     worker = {"whole_gpu": True} if whole else {"compute": args.whole_share, "memory": args.memory}
     out: dict[str, object] = {"worker": "gpus: 1" if whole else f"{args.whole_share} % of a card"}
     ckpt = work / "ckpt-elastic"
     ckpt.mkdir()
-    hold = blocker(platform, 100 if whole else args.whole_share, args.memory)
+    hold = platform.blocker(memory=args.memory, compute=100 if whole else args.whole_share)
     try:
         platform.submit("elastic", ckpt=ckpt, steps=0, step_sleep=0, min_replicas=1, max_replicas=2,
                         restarts=20, env=env, script=SCRIPT, **worker)
@@ -166,7 +147,7 @@ def whole_phase(platform: Platform, args: argparse.Namespace, work: Path, env: d
         out["start_to_first_steps_s"] = time.time() - began
         out["at_1"] = throughput(ckpt, 1, began, args.measure_steps, 300)
         freed = time.time()
-        end(hold)
+        platform.release(hold)
     finally:
         hold.kill()
     wait_until(platform.running_with("elastic", 2), timeout=300, interval=0.1, what="grown to 2")
@@ -185,7 +166,7 @@ def whole_phase(platform: Platform, args: argparse.Namespace, work: Path, env: d
     thread.start()
     out["kill"] = recovery_round(platform, "elastic", ckpt, 2, random.Random(1), steady=False)
     thread.join()
-    exits = [s for s in watcher["gone"].values()]  # type: ignore[union-attr]
+    exits = list(watcher["gone"].values())  # type: ignore[union-attr]
     out["kill"]["old_trainers_gone_within_s"] = None if None in exits else max(exits)  # type: ignore[index]
     out["kill"]["survivor_bound_s"] = SURVIVOR_BOUND_S  # type: ignore[index]
     out["kill"]["no_survivor_hung"] = None not in exits and max(exits) <= SURVIVOR_BOUND_S  # type: ignore[index]

@@ -80,6 +80,26 @@ class Platform:
         done = self.cli("job", "submit", str(spec), env=env)
         assert done.returncode == 0, done.stderr
 
+    def blocker(self, *, memory: int, compute: int) -> subprocess.Popen[bytes]:
+        """Another user's workload holding a share (`alnair run … sleep`), once it runs; end it
+        with :meth:`release`, and kill it in a ``finally``."""
+        proc = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", str(memory), "--gpu-compute",
+                                 str(compute), "--data-dir", str(self.data_dir), "--", "sleep", "3600"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: "blocker" in (ps := self.cli("ps").stdout) and "running" in ps, timeout=60,
+                       interval=0.5, what="the blocker running")
+        except BaseException:
+            proc.kill()
+            raise
+        return proc
+
+    @staticmethod
+    def release(blocker: subprocess.Popen[bytes]) -> None:
+        """Ctrl-C of the blocker's `alnair run`: it withdraws its workload, freeing the share."""
+        blocker.send_signal(signal.SIGINT)
+        blocker.wait(60)
+
     def record(self, name: str) -> job_pb2.TrainingJobRecord | None:
         found = [r for r in self.on_bus(records) if r.state.spec.name == name]
         return found[0] if found else None

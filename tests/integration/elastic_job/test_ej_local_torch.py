@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from local_jobs import ALNAIR, P, assert_trained_like_undisturbed, local_platform, steps
+from local_jobs import P, assert_trained_like_undisturbed, local_platform, steps
 
 from alnair_common.testing import wait_until
 
@@ -67,20 +66,15 @@ def test_the_job_grows_when_capacity_frees_and_shrinks_by_command(tmp_path: Path
     ckpt.mkdir()
     # One card: a 50 % workload leaves room for two 20 % workers; when it ends, for three.
     with local_platform(tmp_path, "sim:1x80", env={"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"}) as platform:
-        blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute",
-                                    "50", "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        blocker = platform.blocker(memory=8, compute=50)
         try:
-            wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps,
-                       timeout=60, interval=0.5, what="the blocker running")
             platform.submit("grow", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=1,
                             max_replicas=3, compute=20)
             wait_until(platform.running_with("grow", 2, after_step=5), timeout=120, interval=0.5,
                        what="the job Running with the 2 workers that fit beside the blocker")
             # Ended here, not by a timer: on a busy machine a timed blocker could end before
             # the job started, which would then never run with 2.
-            blocker.send_signal(signal.SIGINT)  # Ctrl-C: `alnair run` withdraws its workload
-            blocker.wait(60)
+            platform.release(blocker)
         finally:
             blocker.kill()
         grown = wait_until(platform.running_with("grow", 3), timeout=90, interval=0.5,
@@ -105,18 +99,13 @@ def test_whole_gpu_workers_get_a_card_each_and_grow_when_one_frees(tmp_path: Pat
     ckpt.mkdir()
     # Two cards, one held by another workload: a job of gpus: 1 workers runs with 1, then 2.
     with local_platform(tmp_path, "sim:2x80", env={"ALNAIR_RESCALE_INTERVAL_SECONDS": "0"}) as platform:
-        blocker = subprocess.Popen([*ALNAIR, "run", "--name", "blocker", "--gpu-memory", "8", "--gpu-compute",
-                                    "10", "--data-dir", str(platform.data_dir), "--", "sleep", "3600"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        blocker = platform.blocker(memory=8, compute=10)
         try:
-            wait_until(lambda: "blocker" in (ps := platform.cli("ps").stdout) and "running" in ps,
-                       timeout=60, interval=0.5, what="the blocker running")
             platform.submit("whole", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=1, max_replicas=2,
                             whole_gpu=True)
             wait_until(platform.running_with("whole", 1, after_step=5), timeout=120, interval=0.5,
                        what="the job Running with the 1 worker whose card is untouched")
-            blocker.send_signal(signal.SIGINT)
-            blocker.wait(60)
+            platform.release(blocker)
         finally:
             blocker.kill()
         wait_until(platform.running_with("whole", 2), timeout=90, interval=0.5,
