@@ -112,11 +112,11 @@ PUBLIC: dict[str, list[str]] = {
         "JOB_LABEL", "JOB_NAMESPACE_LABEL", "JobInput", "JobSpecError", "JobStatus", "Launcher",
         "Phase", "PhaseInfo", "RendezvousComplete", "RestartPolicy", "ScaleCommand", "ScalingCurve",
         "StepReported", "Submit", "TABLE", "Tick", "TrackedJob", "TrainingJob", "TransitionError",
-        "WorkerActions", "WorkerExited", "WorkerRequest", "WorkerStarted", "WorkersPlaced",
-        "allocate", "command_from_proto", "fits", "from_mapping", "from_proto", "from_yaml",
-        "job_key", "phase_from_proto", "rendezvous_input", "state_table_markdown", "state_to_proto",
-        "step", "step_input", "submitted", "timeout_seconds", "to_proto", "training_job_crd",
-        "worker_actions", "worker_input"
+        "WorkerActions", "WorkerExited", "WorkerRefused", "WorkerRequest", "WorkerStarted",
+        "WorkersPlaced", "allocate", "command_from_proto", "fits", "from_mapping", "from_proto",
+        "from_yaml", "job_key", "phase_from_proto", "refusal_input", "rendezvous_input",
+        "state_table_markdown", "state_to_proto", "step", "step_input", "submitted",
+        "timeout_seconds", "to_proto", "training_job_crd", "worker_actions", "worker_input"
     ],
     "alnair_kube_bridge": [
         "Changed", "KubeBridgeService", "KubeBridgeSettings", "ResourceWatch", "Synced",

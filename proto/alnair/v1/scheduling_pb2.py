@@ -26,7 +26,7 @@ from alnair.v1 import common_pb2 as alnair_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61lnair/v1/scheduling.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n\x0c\x42indDecision\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12,\n\nassignment\x18\x02 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\x12\x11\n\tpod_group\x18\x03 \x01(\t\x12.\n\ndecided_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tscheduler\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\x80\x01\n\nBindResult\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12,\n\nassignment\x18\x04 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\"<\n\rNodeRejection\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xbf\x01\n\x11SchedulingFailure\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12,\n\nrejections\x18\x03 \x03(\x0b\x32\x18.alnair.v1.NodeRejection\x12\x11\n\tpermanent\x18\x04 \x01(\x08\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61lnair/v1/scheduling.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n\x0c\x42indDecision\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12,\n\nassignment\x18\x02 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\x12\x11\n\tpod_group\x18\x03 \x01(\t\x12.\n\ndecided_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tscheduler\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\x80\x01\n\nBindResult\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12,\n\nassignment\x18\x04 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\"<\n\rNodeRejection\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xcd\x01\n\x11SchedulingFailure\x12(\n\x08workload\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12,\n\nrejections\x18\x03 \x03(\x0b\x32\x18.alnair.v1.NodeRejection\x12\x11\n\tpermanent\x18\x04 \x01(\x08\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x63ode\x18\x06 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,5 +40,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEREJECTION']._serialized_start=436
   _globals['_NODEREJECTION']._serialized_end=496
   _globals['_SCHEDULINGFAILURE']._serialized_start=499
-  _globals['_SCHEDULINGFAILURE']._serialized_end=690
+  _globals['_SCHEDULINGFAILURE']._serialized_end=704
 # @@protoc_insertion_point(module_scope)

@@ -141,10 +141,16 @@ class SchedulingFailure(_message.Message):
     REJECTIONS_FIELD_NUMBER: _builtins.int
     PERMANENT_FIELD_NUMBER: _builtins.int
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """Summary: "no card with 40 GiB free: node-a gpu0 has 32, node-b gpu1 has 16"."""
     permanent: _builtins.bool
     """True when retrying cannot help (request larger than any card, invalid request)."""
+    code: _builtins.str
+    """Machine-readable cause: "request-exceeds-card", "bind-failed", "gang-timeout",
+    "pod-group-deleted", an invalid request's code, or a node rejection's summary code.
+    Empty from schedulers older than this field.
+    """
     @_builtins.property
     def workload(self) -> _common_pb2.WorkloadRef: ...
     @_builtins.property
@@ -159,10 +165,11 @@ class SchedulingFailure(_message.Message):
         rejections: _abc.Iterable[Global___NodeRejection] | None = ...,
         permanent: _builtins.bool = ...,
         observed_at: _timestamp_pb2.Timestamp | None = ...,
+        code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["observed_at", b"observed_at", "permanent", b"permanent", "reason", b"reason", "rejections", b"rejections", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "observed_at", b"observed_at", "permanent", b"permanent", "reason", b"reason", "rejections", b"rejections", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -243,10 +243,15 @@ def test_an_entry_read_while_two_writers_rewrite_it_is_whole_or_absent(tier):
     versions = [FileEntry("a/b.bin", n, f"v{n}", (f"{n:064x}",)) for n in range(1, 9)]
     tier.record_file("ds", versions[0])
     failures: list[BaseException] = []
+    reading = threading.Event()
+    done = threading.Event()
 
     def write(mine: list[FileEntry]) -> None:
+        # Writers keep rewriting until the reader has read enough, so reads overlap writes
+        # however fast the server answers.
         try:
-            for _ in range(6):
+            reading.wait(10)
+            while not done.is_set():
                 for entry in mine:
                     tier.record_file("ds", entry)
         except BaseException as e:  # noqa: BLE001 - reported by the assertion below
@@ -257,13 +262,15 @@ def test_an_entry_read_while_two_writers_rewrite_it_is_whole_or_absent(tier):
         w.start()
     seen: list[FileEntry | None] = []
     try:
-        while any(w.is_alive() for w in writers):
+        reading.set()
+        while len(seen) < 300 and any(w.is_alive() for w in writers):
             seen.append(tier.file_entry("ds", "a/b.bin"))
     finally:
+        done.set()
         for w in writers:
             w.join()
     assert not failures, failures
-    assert seen and all(e is None or e in versions for e in seen)
+    assert len(seen) == 300 and all(e is None or e in versions for e in seen)
     assert tier.file_entry("ds", "a/b.bin") in versions
     assert list(tier.manifest("ds")) == ["a/b.bin"]
 

@@ -14,10 +14,11 @@ import pytest
 from ej_support import running_controller
 
 import alnair_elastic_job as ej
-from alnair.v1 import common_pb2, job_pb2, platform_pb2, workload_pb2
+from alnair.v1 import common_pb2, job_pb2, platform_pb2, scheduling_pb2, workload_pb2
 from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
+from alnair_lifecycle import RENDEZVOUS_LABEL
 
 JOB = ej.TrainingJob("resnet", ("python", "train.py"), 2, 3, ej.WorkerRequest(whole_gpus=1))
 CARDS = [ej.FreeCard("node1", f"GPU-{i}", 80) for i in range(3)]
@@ -51,10 +52,13 @@ async def command(bus: Bus, **action: object) -> None:
     await bus.publish(subjects.job_command("resnet"), cmd, msg_id=cmd.request_id)
 
 
-async def worker(bus: Bus, uid: str, phase: int, code: int | None = None) -> None:
+async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "") -> None:
+    labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"}
+    if rendezvous:
+        labels[RENDEZVOUS_LABEL] = rendezvous
     w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid=uid, name=f"resnet-{uid}", namespace="local",
                                                          mode=common_pb2.MODE_LOCAL),
-                              phase=phase, labels={ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"})
+                              phase=phase, labels=labels)
     if code is not None:
         w.exit_code = code
     await bus.publish(subjects.workload_events(), workload_pb2.WorkloadEvent(workload=w, source="local-agent@test"))
@@ -136,6 +140,56 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     last = await wait_for(lambda: _plan_of(seen, generations[-1] + 1), what="the plan of the forgotten job")
     assert (last.phase, last.target) == (job_pb2.JOB_PHASE_DELETED, 0)
     assert seen.states[-1].generation == last.generation and seen.states[-1].cause == "delete"
+
+
+async def refusal(bus: Bus, uid: str, *, permanent: bool, code: str = "request-exceeds-card") -> None:
+    """What the scheduler publishes when it cannot place worker ``uid``."""
+    await bus.publish(subjects.sched_failed(), scheduling_pb2.SchedulingFailure(
+        workload=common_pb2.WorkloadRef(uid=uid, name=f"resnet-{uid}", namespace="local",
+                                        mode=common_pb2.MODE_LOCAL),
+        reason="no card has 200 GiB: the largest has 80", code=code, permanent=permanent))
+
+
+@pytest.mark.parametrize("order", ["worker first", "refusal first"])
+async def test_a_gang_the_scheduler_refuses_for_good_fails_at_once_with_its_reason(
+        bus: Bus, controller: ej.ElasticJobService, order: str) -> None:
+    """The scheduler's permanent refusal of one worker ends the gang in Failed/Unschedulable
+    with the scheduler's words, long before the 600 s scheduling timeout; a refusal that may
+    still pass, or one about a whole gang, changes nothing. The refusal and the worker's own
+    event come on different streams, so either may be read first."""
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    await command(bus, submit=ej.to_proto(JOB))
+    s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+    gang = "default.resnet.1"  # the plan's rendezvous id, as the first test reads it
+    for uid in "ab":
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND, rendezvous=gang)
+    await refusal(bus, "c", permanent=False)
+    await refusal(bus, "c", permanent=True, code="gang-timeout")
+    await worker(bus, "old", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous="default.resnet.0")
+    await refusal(bus, "old", permanent=True)
+    if order == "worker first":
+        await worker(bus, "c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
+        await wait_for(lambda: _known(controller, "c"), what="worker c known to the controller")
+        await asyncio.sleep(0.5)  # the refusals above have been read by now
+        assert seen.states[-1].phase == job_pb2.JOB_PHASE_SCHEDULING, \
+            "a passing refusal, a gang's and an earlier gang's worker's change nothing"
+        await refusal(bus, "c", permanent=True)
+    else:
+        await refusal(bus, "c", permanent=True)
+        await wait_for(lambda: _early(controller, "c"), what="the refusal of c kept until c is known")
+        await worker(bus, "c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
+    s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
+    assert "worker c" in s.message and "no card has 200 GiB" in s.message and "spec.worker" in s.message
+    assert s.cause == "worker-refused"
+
+
+async def _known(service: ej.ElasticJobService, uid: str) -> bool:
+    return uid in service._workers  # noqa: SLF001 - what the controller has read so far
+
+
+async def _early(service: ej.ElasticJobService, uid: str) -> bool:
+    return uid in service._early  # noqa: SLF001
 
 
 async def _started(service: ej.ElasticJobService, n: int) -> bool:
@@ -283,6 +337,36 @@ async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus
         await alloc.put("GPU-1", allocation_pb2.CardAllocation(node="node1", gpu_uuid="GPU-1"))
         s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
         assert s.target_replicas == 2
+    finally:
+        await _stop(service, task)
+
+
+async def test_a_job_the_idle_cluster_cannot_hold_is_pending_unschedulable_saying_why(
+        bus: Bus, nats_server: NatsServer) -> None:
+    """Cards of 80 GiB in node_inventory and workers of 200 GiB: the job waits, as a pod the
+    scheduler cannot place does, but its state says what is missing and how to fix it."""
+    from alnair.v1 import inventory_pb2
+    inv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+    await inv.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
+        inventory_pb2.Gpu(uuid=f"GPU-{i}", index=i, vgpu_memory_gib=80, vgpu_compute_percent=100)
+        for i in range(2)]))
+    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
+                                                         tick_seconds=0.1))
+    task = asyncio.create_task(service.run())
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    try:
+        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        big = ej.TrainingJob("resnet", ("python", "train.py"), 1, 2, ej.WorkerRequest(200, 30))
+        await command(bus, submit=ej.to_proto(big))
+        s = await seen.phase(job_pb2.JOB_PHASE_PENDING, "Unschedulable")
+        assert "200 GiB and 30 % of one card" in s.message and "the largest 80 GiB" in s.message
+        assert "lower spec.worker" in s.message
+        # A node with a card large enough joins: the job is granted it and goes on.
+        await inv.put("node2", inventory_pb2.NodeInventory(node="node2", gpus=[
+            inventory_pb2.Gpu(uuid="GPU-big", index=0, vgpu_memory_gib=256, vgpu_compute_percent=100)]))
+        s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
+        assert s.target_replicas == 1
     finally:
         await _stop(service, task)
 

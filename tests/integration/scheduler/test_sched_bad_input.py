@@ -35,6 +35,7 @@ async def test_invalid_requests_are_rejected_with_reasons_and_placement_goes_on(
         for pod, code, text in cases:
             failure, seen_code = await seen.failed(pod, code)
             assert failure.permanent, pod.name
+            assert failure.code == code, "the failure names its cause for machines too (elastic-job)"
             assert text in failure.reason, (pod.name, failure.reason)
         ok = await adapter.pending("fine", 10, 10)
         await seen.bound(ok)

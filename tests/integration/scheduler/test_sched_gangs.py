@@ -100,7 +100,7 @@ async def test_gang_times_out_with_a_reason_and_members_wait_for_their_podgroup(
         status = await seen.status("short", "Failed", timeout=10)
         assert status["message"].startswith("PodGroup default/short timed out after 1 s with 0 of")
         failure, code = await seen.failed(short[1], "gang-timeout")
-        assert failure.permanent
+        assert failure.permanent and failure.code == "gang-timeout"
         assert not any(m.uid in seen.binds for m in short)
     finally:
         await stop_scheduler(service, task)

@@ -16,6 +16,7 @@ from alnair_elastic_job._allocator import (
     ScalingCurve,
     allocate,
     fits,
+    never_fits,
 )
 
 WHOLE = WorkerRequest(whole_gpus=1)
@@ -66,6 +67,17 @@ def test_fractional_workers_pack_onto_cards_and_whole_ones_need_untouched_cards(
     assert grant["whole"] == 1, "two untouched cards of one node"
     assert grant["frac"] == 4, "two 40 % shares per card on the other node"
     assert allocate(cards(1, "a") + cards(1, "b"), [whole], 0.0)["whole"] == 0, "never across nodes"
+
+
+def test_a_job_the_idle_cluster_cannot_hold_is_told_what_is_missing() -> None:
+    assert never_fits(cards(2), HALF, 4) == "", "four 40 GiB / 50 % shares fit two idle cards"
+    big = never_fits(cards(2), WorkerRequest(200, 30), 1)
+    assert "200 GiB and 30 % of one card" in big and "the largest 80 GiB" in big and "spec.worker" in big
+    spread = never_fits(cards(1, "a") + cards(1, "b"), WorkerRequest(whole_gpus=2), 1)
+    assert "2 whole GPUs on one node" in spread and "at most 1 on one node" in spread
+    many = never_fits(cards(2), WHOLE, 3)
+    assert many.startswith("minReplicas=3 workers of 1 whole GPU on one node") and "2 cards on 1 node" in many
+    assert "no healthy GPU" in never_fits([], WHOLE, 1)
 
 
 def test_a_recent_change_holds_and_a_small_gain_does_not_move_a_job() -> None:

@@ -17,6 +17,7 @@ from alnair_elastic_job._job_states import (
     StepReported,
     Tick,
     WorkerExited,
+    WorkerRefused,
     WorkersPlaced,
     WorkerStarted,
     submitted,
@@ -140,6 +141,31 @@ def test_a_gang_that_does_not_meet_is_retried_at_min_then_fails() -> None:
     assert "schedulingTimeoutSeconds" in s.message
 
 
+def test_a_gang_the_scheduler_can_never_place_fails_at_once_with_its_reason() -> None:
+    r = Run(job(2, 4))
+    r(CapacityChanged(4))
+    r(WorkersPlaced(frozenset("ab")))
+    s = r(WorkerRefused("c", "request-exceeds-card", "no card has 200 GiB: the largest has 80",
+                        "default.j.1"))
+    assert (s.phase, s.reason, s.cause, s.stopping) == (Phase.FAILED, "Unschedulable", "worker-refused",
+                                                        frozenset("ab"))
+    assert "no card has 200 GiB" in s.message and "spec.worker" in s.message
+
+
+def test_refusals_that_cannot_end_the_gang_change_nothing() -> None:
+    r = Run(job(2, 4))
+    r(CapacityChanged(4))
+    before = r(WorkersPlaced(frozenset("ab")))
+    assert r(WorkerRefused("c", "gang-timeout", "PodGroup timed out")) is before, \
+        "the controller's own scheduling timeout (and retry at min) decides the gang"
+    assert r(WorkerRefused("c", "bind-failed", "3 attempts", "default.j.0")) is before, \
+        "a worker of an earlier gang"
+    r.running("a", "b", "c", "d")
+    running = r(CapacityChanged(4))
+    assert r(WorkerRefused("e", "request-exceeds-card", "too big")) is running, \
+        "a running job goes on with its world"
+
+
 def test_scale_commands_move_within_min_and_max_only() -> None:
     r = Run(job(2, 4))
     r.running("a", "b", "c", "d")
@@ -196,6 +222,19 @@ def test_pending_without_capacity_times_out() -> None:
     assert r(CapacityChanged(1)).phase is Phase.PENDING and r.s.grant == 1
     s = r(Tick(), dt=600.0)
     assert (s.phase, s.reason) == (Phase.FAILED, "PendingTimeout")
+
+
+def test_a_job_the_idle_cluster_cannot_hold_waits_saying_why_until_its_timeout() -> None:
+    r = Run(job(2, 3))
+    why = "minReplicas=2 workers of 8 GiB and 30 % of one card each do not fit this cluster"
+    s = r(CapacityChanged(0, why))
+    assert (s.phase, s.reason, s.message, s.cause) == (Phase.PENDING, "Unschedulable", why, "capacity")
+    assert r(CapacityChanged(0, why)) is s, "said once, not on every tick"
+    s = r(CapacityChanged(0))
+    assert (s.phase, s.reason) == (Phase.PENDING, "WaitingForCapacity"), "a card that fits joined"
+    r(CapacityChanged(0, why))
+    s = r(Tick(), dt=600.0)
+    assert (s.phase, s.reason) == (Phase.FAILED, "PendingTimeout") and why in s.message
 
 
 def test_the_table_covers_every_phase_and_every_non_terminal_one_is_bounded() -> None:

@@ -134,7 +134,7 @@ SUBJECTS: tuple[SubjectSpec, ...] = (
       publishers=ADAPTERS, readers=("scheduler",)),
     S("alnair.sched.failed", scheduling_pb2.SchedulingFailure, Transport.STREAM,
       "A workload could not be placed, with the reason per node.", stream="SCHEDULING",
-      publishers=("scheduler",)),
+      publishers=("scheduler",), readers=("elastic-job",)),
     S("alnair.podgroup.events", commands_pb2.PodGroup, Transport.STREAM,
       "Every change of a PodGroup (gang) as kube-bridge sees it.", stream="WORKLOADS",
       publishers=("kube-bridge",), readers=("scheduler",)),

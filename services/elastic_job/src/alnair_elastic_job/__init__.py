@@ -23,6 +23,7 @@ from ._job_states import (
     StepReported,
     Tick,
     WorkerExited,
+    WorkerRefused,
     WorkersPlaced,
     WorkerStarted,
     state_table_markdown,
@@ -32,7 +33,14 @@ from ._job_states import (
 from ._job_transitions import step
 from ._service import ElasticJobService, ElasticJobSettings
 from ._state_codec import Submit, command_from_proto, phase_from_proto, state_to_proto
-from ._worker_events import JOB_LABEL, JOB_NAMESPACE_LABEL, rendezvous_input, step_input, worker_input
+from ._worker_events import (
+    JOB_LABEL,
+    JOB_NAMESPACE_LABEL,
+    refusal_input,
+    rendezvous_input,
+    step_input,
+    worker_input,
+)
 
 __all__ = [
     "CapacityChanged",
@@ -66,6 +74,7 @@ __all__ = [
     "TransitionError",
     "WorkerActions",
     "WorkerExited",
+    "WorkerRefused",
     "WorkerRequest",
     "WorkerStarted",
     "WorkersPlaced",
@@ -77,6 +86,7 @@ __all__ = [
     "from_yaml",
     "job_key",
     "phase_from_proto",
+    "refusal_input",
     "rendezvous_input",
     "state_table_markdown",
     "state_to_proto",

@@ -23,7 +23,7 @@ Why this shape:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ._job_spec import WorkerRequest
@@ -136,6 +136,29 @@ def fits(cards: Iterable[FreeCard], workers: Iterable[WorkerRequest]) -> bool:
     packing = _Packing(cards)
     order = sorted(workers, key=lambda r: (-r.whole_gpus, -r.compute_percent, -r.memory_gib))
     return all(packing.take(r) for r in order)
+
+
+def never_fits(cluster: Sequence[FreeCard], request: WorkerRequest, workers: int) -> str:
+    """Why ``workers`` such workers fit no packing of the cluster's cards even with nothing
+    else running (``cluster``: every healthy card at its full size); "" when they fit."""
+    if fits(cluster, [request] * workers):
+        return ""
+    if not cluster:
+        return (f"the cluster reports no healthy GPU; minReplicas={workers} workers need one "
+                "(check `alnair status` or the nodes' device plugins)")
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}{'' if count == 1 else 's'}"
+
+    asked = (f"{n(request.whole_gpus, 'whole GPU')} on one node" if request.whole_gpus
+             else f"{request.memory_gib} GiB and {request.compute_percent} % of one card")
+    per_node: dict[str, int] = {}
+    for c in cluster:
+        per_node[c.node] = per_node.get(c.node, 0) + 1
+    biggest = max(cluster, key=lambda c: (c.memory_gib, c.compute_percent))
+    have = (f"{n(len(cluster), 'card')} on {n(len(per_node), 'node')}, at most "
+            f"{max(per_node.values())} on one node, the largest {biggest.memory_gib} GiB")
+    return (f"minReplicas={n(workers, 'worker')} of {asked} each do not fit this cluster even when "
+            f"it is idle ({have}); lower spec.worker or spec.minReplicas, or add GPUs")
 
 
 def _gain(d: ElasticDemand, n: int) -> float:

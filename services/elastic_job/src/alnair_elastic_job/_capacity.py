@@ -22,23 +22,30 @@ INVENTORY_BUCKET = "node_inventory"
 ALLOCATIONS_BUCKET = "gpu_allocations"
 
 
+def whole_cards(inventories: Iterable[inventory_pb2.NodeInventory]) -> list[FreeCard]:
+    """Every healthy card at its full size: what the cluster could hold with nothing running."""
+    cards = []
+    for inv in inventories:
+        for g in inv.gpus:
+            if g.uuid and g.health != inventory_pb2.GPU_HEALTH_UNHEALTHY:
+                cards.append(FreeCard(inv.node, g.uuid, int(g.vgpu_memory_gib or g.memory_bytes // GIB),
+                                      int(g.vgpu_compute_percent or 100)))
+    return cards
+
+
 def free_cards(inventories: Iterable[inventory_pb2.NodeInventory],
                allocations: Mapping[str, allocation_pb2.CardAllocation],
                ours: frozenset[str]) -> list[FreeCard]:
     """Free memory and compute per healthy card; ``allocations`` by GPU uuid, ``ours`` the
     workload uids of the jobs' workers."""
     cards = []
-    for inv in inventories:
-        for g in inv.gpus:
-            if not g.uuid or g.health == inventory_pb2.GPU_HEALTH_UNHEALTHY:
-                continue
-            memory = int(g.vgpu_memory_gib or g.memory_bytes // GIB)
-            compute = int(g.vgpu_compute_percent or 100)
-            alloc = allocations.get(g.uuid)
-            for share in alloc.shares if alloc is not None else ():
-                if share.workload.uid not in ours:
-                    memory -= share.memory_gib
-                    compute -= share.compute_percent
-            if memory > 0 and compute > 0:
-                cards.append(FreeCard(inv.node, g.uuid, memory, compute))
+    for card in whole_cards(inventories):
+        memory, compute = card.memory_gib, card.compute_percent
+        alloc = allocations.get(card.uuid)
+        for share in alloc.shares if alloc is not None else ():
+            if share.workload.uid not in ours:
+                memory -= share.memory_gib
+                compute -= share.compute_percent
+        if memory > 0 and compute > 0:
+            cards.append(FreeCard(card.node, card.uuid, memory, compute))
     return cards

@@ -9,10 +9,18 @@ controller or a redelivered event asks for the same thing again rather than for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ._allocator import DEFAULT_HYSTERESIS, ElasticDemand, FreeCard, Hysteresis, ScalingCurve, allocate
+from ._allocator import (
+    DEFAULT_HYSTERESIS,
+    ElasticDemand,
+    FreeCard,
+    Hysteresis,
+    ScalingCurve,
+    allocate,
+    never_fits,
+)
 from ._errors import JobSpecError, TransitionError
 from ._job_spec import TrainingJob
 from ._job_states import CapacityChanged, DeleteCommand, JobInput, JobStatus, Phase, Tick, submitted
@@ -110,13 +118,18 @@ class Controller:
             changed += self._step(tracked, Tick(), now)
         return changed
 
-    def reallocate(self, cards: Iterable[FreeCard], now: float) -> list[TrackedJob]:
-        """Divide the cards among the live jobs and hand each its grant."""
+    def reallocate(self, cards: Iterable[FreeCard], now: float,
+                   cluster: Sequence[FreeCard] | None = None) -> list[TrackedJob]:
+        """Divide the cards among the live jobs and hand each its grant; ``cluster`` (every
+        healthy card at its full size) tells a pending job that could never be granted why."""
         live = [t for t in self.jobs.values() if not t.status.phase.terminal]
         grant = allocate(cards, [self._demand(t) for t in live], now, self.hysteresis)
         changed: list[TrackedJob] = []
         for t in live:
-            changed += self._step(t, CapacityChanged(grant[t.key]), now)
+            short = ""
+            if cluster is not None and t.status.phase is Phase.PENDING and grant[t.key] < t.job.min_replicas:
+                short = never_fits(cluster, t.job.request, t.job.min_replicas)
+            changed += self._step(t, CapacityChanged(grant[t.key], short), now)
         return changed
 
     def _demand(self, t: TrackedJob) -> ElasticDemand:

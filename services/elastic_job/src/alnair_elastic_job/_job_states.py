@@ -64,7 +64,7 @@ TABLE: dict[Phase, PhaseInfo] = {
     Phase.SCHEDULING: PhaseInfo(
         "admitted: a gang of the target size is asked for, placed, started, then meets in a "
         "rendezvous", ("rendezvous-complete", "workers-placed", "worker-started", "capacity",
-                       "worker-exited", *_ALWAYS),
+                       "worker-exited", "worker-refused", *_ALWAYS),
         "spec.deadlines.schedulingTimeoutSeconds",
         "target lowered to minReplicas and retried once; at minReplicas Failed (SchedulingTimeout)"),
     Phase.RUNNING: PhaseInfo(
@@ -209,9 +209,12 @@ def timeout_seconds(job: TrainingJob, status: JobStatus) -> float | None:
 # The inputs. Each is one fact from the bus (or the clock); ``kind`` is the published cause.
 @dataclass(frozen=True)
 class CapacityChanged:
-    """The allocator's grant for this job changed (capacity freed or taken)."""
+    """The allocator's grant for this job changed (capacity freed or taken). ``never_fits``:
+    why not even the idle cluster holds minReplicas of its workers ("" when it does, or when
+    the cluster's cards are not known)."""
 
     grant: int
+    never_fits: str = ""
     kind: str = field(default="capacity", init=False)
 
 
@@ -238,6 +241,20 @@ class WorkerExited:
     code: int | None
     detail: str = ""
     kind: str = field(default="worker-exited", init=False)
+
+
+@dataclass(frozen=True)
+class WorkerRefused:
+    """The scheduler will never place this worker (its request is larger than any card, it is
+    invalid, or binding it failed every time) and says so once: waiting out the scheduling
+    timeout cannot help. ``rendezvous_id`` is the worker's gang (its label); a refusal of an
+    earlier gang's worker changes nothing."""
+
+    worker: str
+    code: str
+    reason: str
+    rendezvous_id: str = ""
+    kind: str = field(default="worker-refused", init=False)
 
 
 @dataclass(frozen=True)
@@ -285,5 +302,9 @@ class Tick:
     kind: str = field(default="tick", init=False)
 
 
-JobInput = (CapacityChanged | WorkersPlaced | WorkerStarted | WorkerExited | RendezvousComplete
-            | StepReported | ScaleCommand | DeleteCommand | Tick)
+JobInput = (CapacityChanged | WorkersPlaced | WorkerStarted | WorkerExited | WorkerRefused
+            | RendezvousComplete | StepReported | ScaleCommand | DeleteCommand | Tick)
+
+# Refusals about a whole gang, not a worker: the controller's own scheduling timeout (with
+# its retry at minReplicas) and its plans decide what happens to its gangs.
+GANG_REFUSALS = frozenset({"gang-timeout", "pod-group-deleted", "pod-group-missing"})

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ._errors import TransitionError
 from ._job_spec import Launcher, TrainingJob
 from ._job_states import (
+    GANG_REFUSALS,
     CapacityChanged,
     DeleteCommand,
     JobInput,
@@ -26,10 +27,12 @@ from ._job_states import (
     StepReported,
     Tick,
     WorkerExited,
+    WorkerRefused,
     WorkersPlaced,
     WorkerStarted,
     rendezvous_id,
     stall_window,
+    submitted,
     timeout_seconds,
 )
 
@@ -49,7 +52,8 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
     if isinstance(event, Tick):
         return _tick(job, s, now)
     if isinstance(event, CapacityChanged):
-        return _retarget(job, replace(s, grant=max(0, event.grant)), s, now, event.kind)
+        return _retarget(job, replace(s, grant=max(0, event.grant)), s, now, event.kind,
+                         event.never_fits)
     if isinstance(event, ScaleCommand):
         return _retarget(job, replace(s, wish=_checked_scale(job, event.replicas)), s, now, event.kind)
     if isinstance(event, WorkersPlaced):
@@ -60,6 +64,8 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
         return _settle(job, s, replace(s, started=s.started | {event.worker}), now, event.kind)
     if isinstance(event, WorkerExited):
         return _exited(job, s, event, now)
+    if isinstance(event, WorkerRefused):
+        return _refused(job, s, event, now)
     if isinstance(event, StepReported):
         if s.phase is not Phase.RUNNING or event.step <= s.step or not event.step_seconds > 0:
             return s
@@ -71,6 +77,20 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
         return _settle(job, s, replace(s, heard=event.members, heard_round=event.round), now,
                        event.kind)
     raise TypeError(f"not a job input: {event!r}")
+
+
+def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -> JobStatus:
+    """A gang being scheduled that the scheduler can never complete fails at once, with the
+    scheduler's reason. A running or rescaling job goes on with the world it has (a refused
+    replacement leaves Rescaling by its rendezvous timeout)."""
+    if (s.phase is not Phase.SCHEDULING or event.code in GANG_REFUSALS
+            or event.worker in s.stopping | s.ended
+            or event.rendezvous_id not in ("", rendezvous_id(job, s))):
+        return s
+    return _fail(s, "Unschedulable", f"the scheduler cannot place worker {event.worker} and says "
+                 f"retrying cannot help ({event.code or 'refused'}): {event.reason}. Lower the job's "
+                 "spec.worker request to what one card has, or add a card that fits, and resubmit",
+                 now, event.kind)
 
 
 def desired(job: TrainingJob, s: JobStatus) -> int:
@@ -161,8 +181,9 @@ def _tick(job: TrainingJob, s: JobStatus, now: float) -> JobStatus:
     if limit is None or now < s.entered_at + limit:
         return s
     if s.phase is Phase.PENDING:
+        why = f": {s.message}" if s.reason == "Unschedulable" else ""
         return _fail(s, "PendingTimeout", f"no grant of minReplicas={job.min_replicas} workers "
-                     f"({job.request.gpus:g} GPU each) within {limit:.0f} s", now, "tick")
+                     f"({job.request.gpus:g} GPU each) within {limit:.0f} s{why}", now, "tick")
     if s.phase is Phase.SCHEDULING:
         if s.target > job.min_replicas:
             return _retarget_to(s, job.min_replicas, Phase.SCHEDULING, "ScaledDownToMin",
@@ -215,15 +236,25 @@ def _retarget_to(s: JobStatus, target: int, phase: Phase, reason: str, message: 
                  stopping=s.stopping | cut, world=s.world - cut)
 
 
-def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cause: str) -> JobStatus:
+def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cause: str,
+              never_fits: str = "") -> JobStatus:
     """React to a new grant or wish (``s`` already holds it; ``before`` is the input status).
 
     A gang scaled down to minReplicas after its timeout stays capped there until it runs:
-    raising it again at the next grant would retry the same size forever."""
+    raising it again at the next grant would retry the same size forever. A pending job that
+    even the idle cluster cannot hold says so (Unschedulable, as a pod the scheduler cannot
+    place stays Pending with its reason) and waits, in case the cluster grows, until its
+    timeout."""
     target = min(desired(job, s), s.grant)
     if s.phase is Phase.SCHEDULING and s.reason == "ScaledDownToMin":
         target = min(target, job.min_replicas)
     if s.phase is Phase.PENDING:
+        if target < job.min_replicas and never_fits:
+            return _update(before, cause, grant=s.grant, wish=s.wish, reason="Unschedulable",
+                           message=never_fits)
+        if target < job.min_replicas and before.reason == "Unschedulable":
+            return _update(before, cause, grant=s.grant, wish=s.wish, reason="WaitingForCapacity",
+                           message=submitted(now).message)
         if target < job.min_replicas:
             return _update(before, cause, grant=s.grant, wish=s.wish)
         return _move(s, Phase.SCHEDULING, "WaitingForGang", f"granted {s.grant} workers: asking for "

@@ -3,7 +3,9 @@
 It reads the users' job commands (``alnair.cmd.job.<name>``), its workers' lifecycle
 (``alnair.workload.events``, workers labelled with their job), the jobs' rendezvous
 rounds (``alnair.job.<name>.rendezvous``) and training steps (``alnair.job.<name>.step``,
-which arm the stall detector); every change of a job's status is published as a
+which arm the stall detector) and the scheduler's permanent refusals of its workers
+(``alnair.sched.failed``: a gang that can never be placed fails at once, Unschedulable, instead
+of waiting out its scheduling timeout); every change of a job's status is published as a
 JobState on ``alnair.job.<name>.state`` with the message id ``<namespace>.<name>.<generation>``,
 so a retried publish is stored once. A bad command is terminated and reported as an error
 event (the CLI waits on it); a refused scale is the same.
@@ -35,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from pydantic import Field
 
-from alnair.v1 import allocation_pb2, inventory_pb2, job_pb2, workload_pb2
+from alnair.v1 import allocation_pb2, inventory_pb2, job_pb2, scheduling_pb2, workload_pb2
 from alnair_common import (
     DurableConsumer,
     KVWatch,
@@ -52,14 +55,15 @@ from alnair_common import (
 
 from . import _metrics
 from ._allocator import FreeCard, Hysteresis
-from ._capacity import ALLOCATIONS_BUCKET, INVENTORY_BUCKET, free_cards
+from ._capacity import ALLOCATIONS_BUCKET, INVENTORY_BUCKET, free_cards, whole_cards
 from ._controller import Controller, TrackedJob, job_key, worker_actions
 from ._errors import ElasticJobError
 from ._job_record import BUCKET, record_from_proto, record_key, record_to_proto
 from ._job_states import DeleteCommand
 from ._state_codec import Submit, command_from_proto, state_to_proto, worker_plan
-from ._worker_events import JOB_LABEL, rendezvous_input, step_input, worker_input
+from ._worker_events import refusal_input, rendezvous_input, step_input, worker_input, worker_of
 
+_EARLY_REFUSALS = 1024
 _LIVE = (workload_pb2.WORKLOAD_PHASE_PENDING, workload_pb2.WORKLOAD_PHASE_BOUND,
          workload_pb2.WORKLOAD_PHASE_RUNNING)
 
@@ -97,12 +101,19 @@ class ElasticJobService(Service):
         s: ElasticJobSettings = settings  # type: ignore[assignment]
         self.controller = Controller(Hysteresis(s.rescale_min_gain, s.rescale_interval_seconds))
         self.capacity = capacity
+        # Every healthy card at full size (from the inventory bucket): with an injected
+        # ``capacity`` it is unknown, and no pending job is told that it can never fit.
+        self.cluster: Callable[[], list[FreeCard] | None] | None = None
         self.clock = clock
         self._lock = asyncio.Lock()
         self._forgotten: list[tuple[str, str]] = []
-        # Live workers of any job, placed or not (uids): the scheduler commits a worker's share
-        # before its adapter reports it placed, and those shares are the jobs' own, not taken.
-        self._workers: set[str] = set()
+        # Live workers of any job, placed or not: uid → (job key, rendezvous id). The scheduler
+        # commits a worker's share before its adapter reports it placed, and those shares are
+        # the jobs' own, not taken; and its refusals name only the worker's uid.
+        self._workers: dict[str, tuple[str, str]] = {}
+        # Permanent refusals that came before their worker's first event (the two arrive on
+        # different streams), by uid, oldest dropped first beyond _EARLY_REFUSALS.
+        self._early: OrderedDict[str, scheduling_pb2.SchedulingFailure] = OrderedDict()
 
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
@@ -119,6 +130,8 @@ class ElasticJobService(Service):
              self._on_workload),
             ("JOBS", f"{p}-rendezvous", subjects.wildcard("alnair.job.<name>.rendezvous"),
              job_pb2.RendezvousRound, self._on_rendezvous),
+            ("SCHEDULING", f"{p}-refusals", subjects.sched_failed(), scheduling_pb2.SchedulingFailure,
+             self._on_refusal),
         ):
             await self.consume(DurableConsumer(self.bus, stream=stream, durable=durable,
                                                subject=subject, message_type=message_type,
@@ -149,6 +162,10 @@ class ElasticJobService(Service):
             by_uuid = {a.gpu_uuid: a for a in allocations.values()}
             return free_cards(inventories.values(), by_uuid, ours)
 
+        def cluster() -> list[FreeCard] | None:
+            return whole_cards(inventories.values()) if all(w.is_caught_up for w in watches) else None
+
+        self.cluster = cluster
         return current
 
     @staticmethod
@@ -183,7 +200,8 @@ class ElasticJobService(Service):
             async with self._lock:
                 now = self.clock()
                 cards = self.capacity() if self.capacity else None
-                changed = self.controller.reallocate(cards, now) if cards is not None else []
+                cluster = self.cluster() if self.cluster else None
+                changed = self.controller.reallocate(cards, now, cluster) if cards is not None else []
                 await self._publish(changed + self.controller.tick(now))
                 _metrics.observe(self.controller.jobs.values(), self._forgotten, now)
                 self._forgotten.clear()
@@ -213,13 +231,32 @@ class ElasticJobService(Service):
 
     async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
         w = event.workload
-        if JOB_LABEL in w.labels:
+        worker = worker_of(w)
+        if worker is not None:
             if w.phase in _LIVE:
-                self._workers.add(w.ref.uid)
+                self._workers[w.ref.uid] = worker
             else:
-                self._workers.discard(w.ref.uid)
+                self._workers.pop(w.ref.uid, None)
         found = worker_input(event)
         if found is not None:
+            await self._apply(*found)
+        early = self._early.pop(w.ref.uid, None)
+        if early is not None and w.ref.uid in self._workers:
+            await self._on_refusal("", early)
+
+    async def _on_refusal(self, _: str, f: scheduling_pb2.SchedulingFailure) -> None:
+        if not f.permanent:
+            return
+        worker = self._workers.get(f.workload.uid)
+        if worker is None:
+            self._early[f.workload.uid] = f
+            while len(self._early) > _EARLY_REFUSALS:
+                self._early.popitem(last=False)
+            return
+        found = refusal_input(f, worker)
+        if found is not None:
+            self.log.info("worker refused by the scheduler", job=found[0], worker=f.workload.uid,
+                          code=f.code, reason=f.reason)
             await self._apply(*found)
 
     async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:

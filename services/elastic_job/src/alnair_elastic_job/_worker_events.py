@@ -9,8 +9,8 @@ skipped without a word; a labelled one that cannot be read is a permanent error.
 
 from __future__ import annotations
 
-from alnair.v1 import job_pb2, workload_pb2
-from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL
+from alnair.v1 import job_pb2, scheduling_pb2, workload_pb2
+from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, RENDEZVOUS_LABEL
 
 from ._controller import job_key
 from ._errors import JobSpecError
@@ -19,6 +19,7 @@ from ._job_states import (
     RendezvousComplete,
     StepReported,
     WorkerExited,
+    WorkerRefused,
     WorkersPlaced,
     WorkerStarted,
 )
@@ -29,14 +30,13 @@ _P = workload_pb2
 def worker_input(event: workload_pb2.WorkloadEvent) -> tuple[str, JobInput] | None:
     """(job key, input) for a lifecycle event of a job's worker; None for other workloads."""
     w = event.workload
-    name = w.labels.get(JOB_LABEL)
-    if not name:
+    found = worker_of(w)
+    if found is None:
         return None
-    uid = w.ref.uid
+    key, uid = found[0], w.ref.uid
     if not uid:
-        raise JobSpecError("workload.ref.uid", f"worker of training job {name} from "
+        raise JobSpecError("workload.ref.uid", f"worker of training job {w.labels[JOB_LABEL]} from "
                            f"{event.source or '?'} has no uid; adapters must send one")
-    key = job_key(w.labels.get(JOB_NAMESPACE_LABEL) or w.ref.namespace or "default", name)
     if w.phase == _P.WORKLOAD_PHASE_BOUND:
         return key, WorkersPlaced(frozenset({uid}))
     if w.phase == _P.WORKLOAD_PHASE_RUNNING:
@@ -48,6 +48,25 @@ def worker_input(event: workload_pb2.WorkloadEvent) -> tuple[str, JobInput] | No
     if w.phase == _P.WORKLOAD_PHASE_DELETED:
         return key, WorkerExited(uid, None, w.message or "deleted")
     return None  # pending: nothing to count yet
+
+
+def worker_of(w: workload_pb2.Workload) -> tuple[str, str] | None:
+    """(job key, rendezvous id) of a job's worker; None for other workloads."""
+    name = w.labels.get(JOB_LABEL)
+    if not name:
+        return None
+    return (job_key(w.labels.get(JOB_NAMESPACE_LABEL) or w.ref.namespace or "default", name),
+            w.labels.get(RENDEZVOUS_LABEL, ""))
+
+
+def refusal_input(f: scheduling_pb2.SchedulingFailure,
+                  worker: tuple[str, str]) -> tuple[str, JobInput] | None:
+    """The input for the scheduler's failure to place ``worker`` (its :func:`worker_of`);
+    None while retrying may still help."""
+    if not f.permanent:
+        return None
+    key, rendezvous = worker
+    return key, WorkerRefused(f.workload.uid, f.code, f.reason or "no reason given", rendezvous)
 
 
 def rendezvous_input(subject_name: str, r: job_pb2.RendezvousRound) -> tuple[str, JobInput]:

@@ -224,7 +224,7 @@ def bind_decision(w: WorkloadId, a: Assignment, pod_group: str, scheduler: str,
 def scheduling_failure(f: Failure, now: float) -> scheduling_pb2.SchedulingFailure:
     return scheduling_pb2.SchedulingFailure(
         workload=workload_ref(f.workload), reason=f.reason, permanent=f.permanent,
-        observed_at=_stamp(now),
+        code=f.code, observed_at=_stamp(now),
         rejections=[scheduling_pb2.NodeRejection(node=r.node, code=r.code, message=r.message)
                     for r in f.rejections])
 
