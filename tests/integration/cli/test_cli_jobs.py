@@ -1,6 +1,7 @@
 """`alnair job` against `alnair up`: a TrainingJob submitted from a file is taken by the real
-elastic-job controller, listed, described with its transitions, scaled and deleted; a bad
-file or an unknown job is refused with the reason before anything is sent."""
+elastic-job controller (submit prints its answer), listed, described with its transitions,
+scaled and deleted; a bad file, an unknown job or a scale outside min..max is refused with the
+reason before anything is sent, and a clash with a live job of the name by the controller."""
 
 from __future__ import annotations
 
@@ -53,6 +54,17 @@ def test_submit_list_describe_scale_delete(tmp_path: Path) -> None:
         good.write_text(JOB)
         submitted = cli(data_dir, "job", "submit", str(good))
         assert submitted.returncode == 0, submitted.stderr
+        # The controller's answer, not just "sent": granted at once on the idle cards.
+        assert "submitted training job default/resnet, scheduling (WaitingForGang)" in submitted.stdout, \
+            submitted.stdout
+        again = cli(data_dir, "job", "submit", str(good))
+        assert again.returncode == 0 and "already submitted: training job default/resnet" in again.stdout
+        other = tmp_path / "other.yaml"
+        other.write_text(JOB.replace("maxReplicas: 3", "maxReplicas: 2"))
+        clash = cli(data_dir, "job", "submit", str(other))
+        assert clash.returncode == 2 and "default/resnet exists and is" in clash.stderr, clash
+        too_many = cli(data_dir, "job", "scale", "resnet", "7")
+        assert too_many.returncode == 2 and "1..3 workers" in too_many.stderr, too_many
 
         def listed() -> str | None:
             done = cli(data_dir, "job", "ls")

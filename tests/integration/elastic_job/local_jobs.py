@@ -66,7 +66,8 @@ class Platform:
     def submit(self, name: str, *, ckpt: Path, steps: int, step_sleep: float, min_replicas: int,
                max_replicas: int, compute: int = 30, restarts: int = 50,
                env: dict[str, str] | None = None, launcher: str = "torch-elastic",
-               script: Path | None = None, memory: int = 8, whole_gpu: bool = False) -> None:
+               script: Path | None = None, memory: int = 8,
+               whole_gpu: bool = False) -> subprocess.CompletedProcess[str]:
         """``script`` instead of the launcher's test script; ``whole_gpu``: ``gpus: 1`` per
         worker instead of ``memory`` GiB and ``compute`` % of a card."""
         spec = self.work / f"{name}.yaml"
@@ -79,6 +80,7 @@ class Platform:
                **(env or {})}
         done = self.cli("job", "submit", str(spec), env=env)
         assert done.returncode == 0, done.stderr
+        return done
 
     def blocker(self, *, memory: int, compute: int) -> subprocess.Popen[bytes]:
         """Another user's workload holding a share (`alnair run … sleep`), once it runs; end it

@@ -1,7 +1,7 @@
 """A training job no card of the machine can hold, in local mode as a new user meets it:
 `alnair up` on one simulated 80 GiB card, `alnair job submit` of workers asking 200 GiB.
-The job waits (Pending) saying what is missing, `alnair job describe` shows it, and a
-delete ends it; nothing was started."""
+`alnair job submit` answers that the job waits (Pending) and what is missing, `alnair job
+describe` shows it, and a delete ends it; nothing was started."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ def test_a_job_larger_than_every_card_says_so_while_it_waits(tmp_path: Path) -> 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     with local_platform(tmp_path, "sim:1x80") as platform:
-        platform.submit("huge", ckpt=ckpt, steps=10, step_sleep=0.1, min_replicas=1, max_replicas=2,
-                        memory=200)
+        said = platform.submit("huge", ckpt=ckpt, steps=10, step_sleep=0.1, min_replicas=1, max_replicas=2,
+                               memory=200)
+        assert "submitted training job default/huge, pending (Unschedulable)" in said.stdout, said.stdout
+        assert "200 GiB" in said.stdout and "cannot be placed as asked" in said.stderr, said.stderr
 
         def unschedulable():  # type: ignore[no-untyped-def]
             r = platform.record("huge")

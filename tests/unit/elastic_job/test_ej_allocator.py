@@ -76,7 +76,8 @@ def test_a_job_the_idle_cluster_cannot_hold_is_told_what_is_missing() -> None:
     spread = never_fits(cards(1, "a") + cards(1, "b"), WorkerRequest(whole_gpus=2), 1)
     assert "2 whole GPUs on one node" in spread and "at most 1 on one node" in spread
     many = never_fits(cards(2), WHOLE, 3)
-    assert many.startswith("minReplicas=3 workers of 1 whole GPU on one node") and "2 cards on 1 node" in many
+    assert many.startswith("minReplicas=3 workers, each of 1 whole GPU on one node, do not fit")
+    assert "2 cards on 1 node" in many
     assert "no healthy GPU" in never_fits([], WHOLE, 1)
 
 

@@ -226,7 +226,7 @@ def test_pending_without_capacity_times_out() -> None:
 
 def test_a_job_the_idle_cluster_cannot_hold_waits_saying_why_until_its_timeout() -> None:
     r = Run(job(2, 3))
-    why = "minReplicas=2 workers of 8 GiB and 30 % of one card each do not fit this cluster"
+    why = "minReplicas=2 workers, each of 8 GiB and 30 % of one card, do not fit this cluster"
     s = r(CapacityChanged(0, why))
     assert (s.phase, s.reason, s.message, s.cause) == (Phase.PENDING, "Unschedulable", why, "capacity")
     assert r(CapacityChanged(0, why)) is s, "said once, not on every tick"

@@ -9,6 +9,8 @@ A spec is validated here before anything is sent, with the controller's own rule
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import uuid
 from datetime import UTC, datetime
@@ -16,15 +18,19 @@ from pathlib import Path
 
 from rich.table import Table
 
-from alnair.v1 import job_pb2
+from alnair.v1 import job_pb2, platform_pb2
 from alnair_common import Bus, PermanentError, StreamFollower, TypedKV, subjects
-from alnair_elastic_job import from_yaml, to_proto
+from alnair_elastic_job import ScaleCommand, TransitionError, from_proto, from_yaml, step, submitted, to_proto
 from alnair_local_agent import JobFiles
 
 from ._run import RunRequest
 
 BUCKET = "training_jobs"
 NAMESPACE = "default"  # a TrainingJob without one is in "default", as in Kubernetes
+# How long `alnair job submit` waits for the controller to answer, and then for the
+# allocator's first word on a pending job (it divides the cards every second).
+ANSWER_SECONDS = 10.0
+SETTLE_SECONDS = 1.5
 
 
 class JobCommandError(PermanentError):
@@ -54,6 +60,64 @@ def keep_environment(data_dir: Path, command: job_pb2.JobCommand) -> None:
 async def send(bus: Bus, command: job_pb2.JobCommand) -> None:
     await bus.publish(subjects.job_command(command.name), command,
                       msg_id=f"job:{command.request_id}")
+
+
+async def submit(bus: Bus, command: job_pb2.JobCommand, *, timeout: float = ANSWER_SECONDS,
+                 settle: float = SETTLE_SECONDS) -> tuple[job_pb2.JobState | None, bool]:
+    """Submit and wait for the controller's answer: (the job's state — after its first
+    allocation, when that comes within ``settle`` — or None when it did not answer in time,
+    whether it was sent). JobCommandError with the controller's refusal (another job of the
+    name is live). The same spec again is the job already there: its state, nothing sent."""
+    for r in await records(bus):
+        if (r.state.spec.name, r.state.spec.namespace) == (command.name, command.namespace) and \
+                r.state.spec == command.submit and not _terminal(r.state.phase):
+            return r.state, False
+    obj = f"{command.namespace}/{command.name}"
+    states: asyncio.Queue[job_pb2.JobState] = asyncio.Queue()
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_state(_: str, state: job_pb2.JobState) -> None:
+        if state.spec == command.submit:
+            states.put_nowait(state)
+
+    async def on_error(_: str, e: platform_pb2.ErrorEvent) -> None:
+        if e.object == obj and not refused.done():
+            refused.set_result(e.message)
+
+    subscriptions = [await bus.subscribe(subjects.job_state(command.name), job_pb2.JobState, on_state),
+                     await bus.subscribe(subjects.error("elastic-job"), platform_pb2.ErrorEvent, on_error)]
+    try:
+        await send(bus, command)
+        first = asyncio.ensure_future(states.get())
+        done, _ = await asyncio.wait({first, refused}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if refused in done:
+            first.cancel()
+            raise JobCommandError(refused.result())
+        if first not in done:
+            first.cancel()
+            return None, True
+        state = first.result()
+        if state.phase == job_pb2.JOB_PHASE_PENDING:  # the allocator's first word: granted, or why not
+            with contextlib.suppress(TimeoutError):
+                state = await asyncio.wait_for(states.get(), settle)
+        return state, True
+    finally:
+        for sub in subscriptions:
+            await sub.unsubscribe()
+
+
+def scale_refusal(r: job_pb2.TrainingJobRecord, workers: int) -> str | None:
+    """Why the controller would refuse scaling this job to ``workers`` (its own rule, which
+    reads the spec only), or None."""
+    try:
+        step(from_proto(r.state.spec), submitted(0.0), ScaleCommand(workers), 0.0)
+    except TransitionError as e:
+        return str(e)
+    return None
+
+
+def _terminal(phase: int) -> bool:
+    return phase in (job_pb2.JOB_PHASE_SUCCEEDED, job_pb2.JOB_PHASE_FAILED, job_pb2.JOB_PHASE_DELETED)
 
 
 async def records(bus: Bus) -> list[job_pb2.TrainingJobRecord]:

@@ -15,7 +15,7 @@ from alnair_common import AlnairError, Bus, PermanentError
 from alnair_common.config import default_data_dir
 
 from . import _job
-from ._options import DataDir, NatsUrl, fail, out, resolve_nats
+from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
 from ._platform import BusTarget
 
 T = TypeVar("T")
@@ -51,8 +51,19 @@ def submit(file: Annotated[Path, typer.Argument(help="A TrainingJob YAML file.")
     # Local mode: the workers start in this shell's directory and environment, like `alnair
     # run`'s command; they go through the data directory, never the bus.
     _job.keep_environment(data_dir, command)
-    _on_bus(resolve_nats(data_dir, nats_url), lambda bus: _job.send(bus, command))
-    out.print(f"submitted training job {command.namespace}/{command.name}")
+    state, sent = _on_bus(resolve_nats(data_dir, nats_url), lambda bus: _job.submit(bus, command))
+    job = f"{command.namespace}/{command.name}"
+    if state is None:
+        out.print(f"submitted training job {job}; the elastic-job controller has not answered within "
+                  f"{_job.ANSWER_SECONDS:g} s (is it running? `alnair status`); `alnair job ls` shows "
+                  "the job once it does")
+        return
+    said = f"{_job.phase_name(state.phase)} ({state.reason}): {state.message}"
+    out.print(f"{'submitted' if sent else 'already submitted:'} training job {job}, {said}")
+    if state.reason == "Unschedulable":
+        err.print(f"warning: training job {job} cannot be placed as asked; it waits in case the "
+                  f"cluster grows, up to spec.deadlines.schedulingTimeoutSeconds "
+                  f"({state.timeout_seconds:g} s). `alnair job delete {command.name}` to give up")
 
 
 @job_app.command("ls")
@@ -79,7 +90,10 @@ def _command(name: str, namespace: str, data_dir: Path, nats_url: str | None,
     target = resolve_nats(data_dir, nats_url)
 
     async def ask(bus: Bus) -> None:
-        await _job.record(bus, name, namespace)  # an unknown job is said so, not sent
+        found = await _job.record(bus, name, namespace)  # an unknown job is said so, not sent
+        refusal = _job.scale_refusal(found, action["scale"]) if "scale" in action else None  # type: ignore[arg-type]
+        if refusal is not None:
+            raise _job.JobCommandError(refusal)
         await _job.send(bus, job_pb2.JobCommand(name=name, namespace=namespace,
                                                 request_id=uuid.uuid4().hex, **action))
 

@@ -157,8 +157,10 @@ def never_fits(cluster: Sequence[FreeCard], request: WorkerRequest, workers: int
     biggest = max(cluster, key=lambda c: (c.memory_gib, c.compute_percent))
     have = (f"{n(len(cluster), 'card')} on {n(len(per_node), 'node')}, at most "
             f"{max(per_node.values())} on one node, the largest {biggest.memory_gib} GiB")
-    return (f"minReplicas={n(workers, 'worker')} of {asked} each do not fit this cluster even when "
-            f"it is idle ({have}); lower spec.worker or spec.minReplicas, or add GPUs")
+    who = f"minReplicas=1 worker of {asked} does" if workers == 1 else \
+        f"minReplicas={workers} workers, each of {asked}, do"
+    return (f"{who} not fit this cluster even when it is idle ({have}); lower spec.worker or "
+            "spec.minReplicas, or add GPUs")
 
 
 def _gain(d: ElasticDemand, n: int) -> float:
