@@ -245,7 +245,10 @@ class ElasticJobService(Service):
             await self._on_refusal("", early)
 
     async def _on_refusal(self, _: str, f: scheduling_pb2.SchedulingFailure) -> None:
-        if not f.permanent:
+        """A permanent refusal of a live worker of a job → its job's input. The worker map is
+        what this process has read: after a restart, a refusal of a worker whose events were
+        read before it stays unmatched, and that gang ends at its scheduling timeout instead."""
+        if not f.permanent or not f.workload.uid:
             return
         worker = self._workers.get(f.workload.uid)
         if worker is None:
