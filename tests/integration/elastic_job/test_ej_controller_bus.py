@@ -256,9 +256,21 @@ async def _ready(service: ej.ElasticJobService, task: asyncio.Task) -> bool:
     return service.ready.is_set()
 
 
-async def _start(url: str) -> tuple[ej.ElasticJobService, asyncio.Task]:
+async def _two_cards(bus: Bus) -> TypedKV:
+    """node1 with two idle 80 GiB cards in node_inventory (the bucket, for more nodes)."""
+    from alnair.v1 import inventory_pb2
+    inv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+    await inv.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
+        inventory_pb2.Gpu(uuid=f"GPU-{i}", index=i, vgpu_memory_gib=80, vgpu_compute_percent=100)
+        for i in range(2)]))
+    return inv
+
+
+async def _start(url: str, *, buckets: bool = False) -> tuple[ej.ElasticJobService, asyncio.Task]:
+    """The service, ready; its capacity is CARDS, or with ``buckets`` read from the GPU
+    buckets as deployed."""
     service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=url, node_name="test", tick_seconds=0.1),
-                                   capacity=lambda: CARDS)
+                                   capacity=None if buckets else lambda: CARDS)
     task = asyncio.create_task(service.run())
     await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
     return service, task
@@ -307,22 +319,16 @@ async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twic
 async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus, nats_server: NatsServer) -> None:
     """Two cards in node_inventory, one of them fully committed to another workload in
     gpu_allocations: one free card is less than the job's min of 2, so it waits …"""
-    from alnair.v1 import allocation_pb2, inventory_pb2
-    inv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+    from alnair.v1 import allocation_pb2
+    await _two_cards(bus)
     alloc = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
-    await inv.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
-        inventory_pb2.Gpu(uuid=f"GPU-{i}", index=i, vgpu_memory_gib=80, vgpu_compute_percent=100)
-        for i in range(2)]))
     await alloc.put("GPU-1", allocation_pb2.CardAllocation(node="node1", gpu_uuid="GPU-1", shares=[
         allocation_pb2.GpuShare(workload=common_pb2.WorkloadRef(uid="someone"), memory_gib=80,
                                 compute_percent=100)]))
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
-                                                         tick_seconds=0.1))
-    task = asyncio.create_task(service.run())
+    service, task = await _start(nats_server.url, buckets=True)
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     try:
-        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
         await command(bus, submit=ej.to_proto(JOB))
 
         async def one_free_card() -> bool:
@@ -346,17 +352,11 @@ async def test_a_job_the_idle_cluster_cannot_hold_is_pending_unschedulable_sayin
     """Cards of 80 GiB in node_inventory and workers of 200 GiB: the job waits, as a pod the
     scheduler cannot place does, but its state says what is missing and how to fix it."""
     from alnair.v1 import inventory_pb2
-    inv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
-    await inv.put("node1", inventory_pb2.NodeInventory(node="node1", gpus=[
-        inventory_pb2.Gpu(uuid=f"GPU-{i}", index=i, vgpu_memory_gib=80, vgpu_compute_percent=100)
-        for i in range(2)]))
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=nats_server.url, node_name="test",
-                                                         tick_seconds=0.1))
-    task = asyncio.create_task(service.run())
+    inv = await _two_cards(bus)
+    service, task = await _start(nats_server.url, buckets=True)
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     try:
-        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
         big = ej.TrainingJob("resnet", ("python", "train.py"), 1, 2, ej.WorkerRequest(200, 30))
         await command(bus, submit=ej.to_proto(big))
         s = await seen.phase(job_pb2.JOB_PHASE_PENDING, "Unschedulable")

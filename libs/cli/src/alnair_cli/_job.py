@@ -20,7 +20,16 @@ from rich.table import Table
 
 from alnair.v1 import job_pb2, platform_pb2
 from alnair_common import Bus, PermanentError, StreamFollower, TypedKV, subjects
-from alnair_elastic_job import ScaleCommand, TransitionError, from_proto, from_yaml, step, submitted, to_proto
+from alnair_elastic_job import (
+    ScaleCommand,
+    TransitionError,
+    from_proto,
+    from_yaml,
+    phase_from_proto,
+    step,
+    submitted,
+    to_proto,
+)
 from alnair_local_agent import JobFiles
 
 from ._run import RunRequest
@@ -70,7 +79,7 @@ async def submit(bus: Bus, command: job_pb2.JobCommand, *, timeout: float = ANSW
     name is live). The same spec again is the job already there: its state, nothing sent."""
     for r in await records(bus):
         if (r.state.spec.name, r.state.spec.namespace) == (command.name, command.namespace) and \
-                r.state.spec == command.submit and not _terminal(r.state.phase):
+                r.state.spec == command.submit and not phase_from_proto(r.state.phase).terminal:
             return r.state, False
     obj = f"{command.namespace}/{command.name}"
     states: asyncio.Queue[job_pb2.JobState] = asyncio.Queue()
@@ -114,10 +123,6 @@ def scale_refusal(r: job_pb2.TrainingJobRecord, workers: int) -> str | None:
     except TransitionError as e:
         return str(e)
     return None
-
-
-def _terminal(phase: int) -> bool:
-    return phase in (job_pb2.JOB_PHASE_SUCCEEDED, job_pb2.JOB_PHASE_FAILED, job_pb2.JOB_PHASE_DELETED)
 
 
 async def records(bus: Bus) -> list[job_pb2.TrainingJobRecord]:

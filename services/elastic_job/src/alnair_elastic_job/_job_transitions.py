@@ -249,13 +249,13 @@ def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cau
     if s.phase is Phase.SCHEDULING and s.reason == "ScaledDownToMin":
         target = min(target, job.min_replicas)
     if s.phase is Phase.PENDING:
-        if target < job.min_replicas and never_fits:
-            return _update(before, cause, grant=s.grant, wish=s.wish, reason="Unschedulable",
-                           message=never_fits)
-        if target < job.min_replicas and before.reason == "Unschedulable":
-            return _update(before, cause, grant=s.grant, wish=s.wish, reason="WaitingForCapacity",
-                           message=submitted(now).message)
         if target < job.min_replicas:
+            if never_fits:
+                return _update(before, cause, grant=s.grant, wish=s.wish, reason="Unschedulable",
+                               message=never_fits)
+            if before.reason == "Unschedulable":  # a card that fits joined: waiting as usual
+                return _update(before, cause, grant=s.grant, wish=s.wish, reason="WaitingForCapacity",
+                               message=submitted(now).message)
             return _update(before, cause, grant=s.grant, wish=s.wish)
         return _move(s, Phase.SCHEDULING, "WaitingForGang", f"granted {s.grant} workers: asking for "
                      f"a gang of {target}", now, cause, target=target)

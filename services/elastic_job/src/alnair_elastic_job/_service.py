@@ -156,14 +156,14 @@ class ElasticJobService(Service):
         self.health.checks["capacity"] = self._check_capacity(watches)
 
         def current() -> list[FreeCard] | None:
-            if not all(w.is_caught_up for w in watches):
+            if not _caught_up(watches):
                 return None
             ours = frozenset(self._workers).union(w for t in self.controller.jobs.values() for w in t.status.placed)
             by_uuid = {a.gpu_uuid: a for a in allocations.values()}
             return free_cards(inventories.values(), by_uuid, ours)
 
         def cluster() -> list[FreeCard] | None:
-            return whole_cards(inventories.values()) if all(w.is_caught_up for w in watches) else None
+            return whole_cards(inventories.values()) if _caught_up(watches) else None
 
         self.cluster = cluster
         return current
@@ -171,7 +171,7 @@ class ElasticJobService(Service):
     @staticmethod
     def _check_capacity(watches: list[KVWatch]) -> Callable[[], Awaitable[str | None]]:
         async def check() -> str | None:
-            return None if all(w.is_caught_up for w in watches) else "reading the GPU buckets"
+            return None if _caught_up(watches) else "reading the GPU buckets"
         return check
 
     @staticmethod
@@ -256,11 +256,9 @@ class ElasticJobService(Service):
             while len(self._early) > _EARLY_REFUSALS:
                 self._early.popitem(last=False)
             return
-        found = refusal_input(f, worker)
-        if found is not None:
-            self.log.info("worker refused by the scheduler", job=found[0], worker=f.workload.uid,
-                          code=f.code, reason=f.reason)
-            await self._apply(*found)
+        self.log.info("worker refused by the scheduler", job=worker[0], worker=f.workload.uid,
+                      code=f.code, reason=f.reason)
+        await self._apply(*refusal_input(f, worker))
 
     async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:
         await self._apply(*rendezvous_input(subjects.name_of(subject.split(".")[2]), r))
@@ -294,3 +292,8 @@ class ElasticJobService(Service):
                           cause=s.cause, world_size=s.world_size, target=s.target,
                           restarts=s.restarts, create_workers=actions.create, gang=actions.gang,
                           stop_workers=sorted(actions.stop))
+
+
+def _caught_up(watches: list[KVWatch]) -> bool:
+    """Both GPU buckets read to their current values (dividing less would be wrong)."""
+    return all(w.is_caught_up for w in watches)

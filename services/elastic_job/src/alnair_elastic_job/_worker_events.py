@@ -59,12 +59,9 @@ def worker_of(w: workload_pb2.Workload) -> tuple[str, str] | None:
             w.labels.get(RENDEZVOUS_LABEL, ""))
 
 
-def refusal_input(f: scheduling_pb2.SchedulingFailure,
-                  worker: tuple[str, str]) -> tuple[str, JobInput] | None:
-    """The input for the scheduler's failure to place ``worker`` (its :func:`worker_of`);
-    None while retrying may still help."""
-    if not f.permanent:
-        return None
+def refusal_input(f: scheduling_pb2.SchedulingFailure, worker: tuple[str, str]) -> tuple[str, JobInput]:
+    """The input for the scheduler's permanent failure to place ``worker`` (its
+    :func:`worker_of`); a failure that retrying may still clear is no input at all."""
     key, rendezvous = worker
     return key, WorkerRefused(f.workload.uid, f.code, f.reason or "no reason given", rendezvous)
 
