@@ -112,8 +112,13 @@ async def test_job_owner_gets_the_profile_annotations_by_direction(
     assert float(annotations[f"{PREFIX}max-memcpy-dtoh-bytes-per-second"]) == pytest.approx(2.5e8)
     assert float(annotations[f"{PREFIX}max-memcpy-dtod-bytes-per-second"]) == pytest.approx(2e9)
     assert float(annotations[f"{PREFIX}max-memcpy-bytes-per-second"]) == pytest.approx(3.25e9)
-    # The pod got its own profile annotations too.
-    on_pod = kube.core.read_namespaced_pod("sweep-0", kube.namespace).metadata.annotations
+    # The pod gets its own profile annotations too: a separate command from the Job's, so it
+    # may land after it.
+    async def pod_annotated() -> dict | None:
+        found = kube.core.read_namespaced_pod("sweep-0", kube.namespace).metadata.annotations or {}
+        return found if f"{PREFIX}max-memcpy-dtod-bytes-per-second" in found else None
+
+    on_pod = await wait_for(pod_annotated, timeout=30, what="profile annotations on the pod")
     assert float(on_pod[f"{PREFIX}max-memcpy-dtod-bytes-per-second"]) == pytest.approx(2e9)
     owner = mongo.db["workload_profiles_owners"].find_one({"_id": job.metadata.uid})
     assert owner["kind"] == "Job" and owner["maxima"]["memcpy_htod_bytes_per_second"] == pytest.approx(1e9)
