@@ -6,7 +6,7 @@
  * and _ptsz variant), resolves them through cuGetProcAddress /
  * cuGetProcAddress_v2 by (name, version, per-thread flag) like the real
  * driver, counts calls per exported symbol and keeps fake device memory. The
- * simulated GPU (kernel time, utilisation samples for fake NVML, streams and
+ * copies are fake_copies.c; the simulated GPU (kernel time, utilisation samples for fake NVML, streams and
  * events) is fake_gpu.c; contexts, arrays and inter-process handles fake_objects.c;
  * graphs, stream capture and the graph memory pool fake_graph.c; what the MPS client's
  * variables were at the first driver calls fake_mps_env.c.
@@ -323,120 +323,51 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
 GRAPH(cuGraphLaunch)
 GRAPH(cuGraphLaunch_ptsz)
 
-#define COPY3(name, t1, t2) F(name, (t1 a, t2 b, size_t n)) { (void)a; (void)b; (void)n; count_call(#name); return CUDA_SUCCESS; }
-#define COPY4(name, t1, t2) F(name, (t1 a, t2 b, size_t n, CUstream s)) { (void)a; (void)b; (void)n; (void)s; count_call(#name); return CUDA_SUCCESS; }
-COPY3(cuMemcpyHtoD_v2, CUdeviceptr, const void *)
-COPY3(cuMemcpyHtoD_v2_ptds, CUdeviceptr, const void *)
-COPY3(cuMemcpyDtoH_v2, void *, CUdeviceptr)
-COPY3(cuMemcpyDtoH_v2_ptds, void *, CUdeviceptr)
-COPY3(cuMemcpyDtoD_v2, CUdeviceptr, CUdeviceptr)
-COPY3(cuMemcpyDtoD_v2_ptds, CUdeviceptr, CUdeviceptr)
-COPY3(cuMemcpy, CUdeviceptr, CUdeviceptr)
-COPY3(cuMemcpy_ptds, CUdeviceptr, CUdeviceptr)
-COPY4(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *)
-COPY4(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void *)
-COPY4(cuMemcpyDtoHAsync_v2, void *, CUdeviceptr)
-COPY4(cuMemcpyDtoHAsync_v2_ptsz, void *, CUdeviceptr)
-COPY4(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr)
-COPY4(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr)
-COPY4(cuMemcpyAsync, CUdeviceptr, CUdeviceptr)
-COPY4(cuMemcpyAsync_ptsz, CUdeviceptr, CUdeviceptr)
-#define PEER(name) F(name, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)) { (void)d; (void)dc; (void)s; (void)sc; (void)n; count_call(#name); return CUDA_SUCCESS; }
-#define PEER_ASYNC(name) F(name, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st)) { (void)d; (void)dc; (void)s; (void)sc; (void)n; (void)st; count_call(#name); return CUDA_SUCCESS; }
-PEER(cuMemcpyPeer)
-PEER(cuMemcpyPeer_ptds)
-PEER_ASYNC(cuMemcpyPeerAsync)
-PEER_ASYNC(cuMemcpyPeerAsync_ptsz)
-#define C2D(name) F(name, (const CUDA_MEMCPY2D *c)) { (void)c; count_call(#name); return CUDA_SUCCESS; }
-#define C2DA(name) F(name, (const CUDA_MEMCPY2D *c, CUstream s)) { (void)c; (void)s; count_call(#name); return CUDA_SUCCESS; }
-#define C3D(name) F(name, (const CUDA_MEMCPY3D *c)) { (void)c; count_call(#name); return CUDA_SUCCESS; }
-#define C3DA(name) F(name, (const CUDA_MEMCPY3D *c, CUstream s)) { (void)c; (void)s; count_call(#name); return CUDA_SUCCESS; }
-C2D(cuMemcpy2D_v2)
-C2D(cuMemcpy2D_v2_ptds)
-C2D(cuMemcpy2DUnaligned_v2)
-C2D(cuMemcpy2DUnaligned_v2_ptds)
-C2DA(cuMemcpy2DAsync_v2)
-C2DA(cuMemcpy2DAsync_v2_ptsz)
-C3D(cuMemcpy3D_v2)
-C3D(cuMemcpy3D_v2_ptds)
-C3DA(cuMemcpy3DAsync_v2)
-C3DA(cuMemcpy3DAsync_v2_ptsz)
-
 /* ---- cuGetProcAddress ---------------------------------------------------- */
 
 F(cuGetProcAddress, (const char *symbol, void **pfn, int version, cuuint64_t flags));
 F(cuGetProcAddress_v2, (const char *symbol, void **pfn, int version, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status));
 
-/* Defined in fake_gpu.c. */
-CUresult cuEventCreate(CUevent *e, unsigned int flags);
-CUresult cuEventDestroy_v2(CUevent e);
-CUresult cuEventRecord(CUevent e, CUstream s);
-CUresult cuEventRecord_ptsz(CUevent e, CUstream s);
-CUresult cuEventQuery(CUevent e);
-CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b);
-CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b);
-CUresult cuStreamQuery(CUstream s);
-CUresult cuStreamQuery_ptsz(CUstream s);
-CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st);
-CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st);
-CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
-
-struct entry {
-    const char *name, *base;
-    int version, per_thread;
-    void *fn;
+const struct fake_entry fake_cuda_entries[] = {
+    FAKE_ENTRY(cuInit, cuInit, 2000, 0),
+    FAKE_ENTRY(cuDriverGetVersion, cuDriverGetVersion, 2020, 0),
+    FAKE_ENTRY(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
+    FAKE_ENTRY(cuDeviceGet, cuDeviceGet, 2000, 0),
+    FAKE_ENTRY(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
+    FAKE_ENTRY(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
+    FAKE_ENTRY(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
+    FAKE_ENTRY(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, 0),
+    FAKE_ENTRY(cuPointerGetAttribute, cuPointerGetAttribute, 4000, 0),
+    FAKE_ENTRY(cuGetProcAddress, cuGetProcAddress, 11030, 0),
+    FAKE_ENTRY(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0),
+    FAKE_ENTRY(cuMemAlloc, cuMemAlloc, 2000, 0), FAKE_ENTRY(cuMemAlloc_v2, cuMemAlloc, 3020, 0),
+    FAKE_ENTRY(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0),
+    FAKE_ENTRY(cuMemAllocManaged, cuMemAllocManaged, 6000, 0),
+    FAKE_ENTRY(cuMemAllocAsync, cuMemAllocAsync, 11020, 0),
+    FAKE_ENTRY(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1),
+    FAKE_ENTRY(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0),
+    FAKE_ENTRY(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1),
+    FAKE_ENTRY(cuMemFree_v2, cuMemFree, 3020, 0),
+    FAKE_ENTRY(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),
+    FAKE_ENTRY(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1),
+    FAKE_ENTRY(cuMemCreate, cuMemCreate, 10020, 0),
+    FAKE_ENTRY(cuMemRelease, cuMemRelease, 10020, 0),
+    FAKE_ENTRY(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0),
+    FAKE_ENTRY(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0),
+    FAKE_ENTRY(cuLaunchKernel, cuLaunchKernel, 4000, 0),
+    FAKE_ENTRY(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1),
+    FAKE_ENTRY(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0),
+    FAKE_ENTRY(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1),
+    FAKE_ENTRY(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0),
+    FAKE_ENTRY(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1),
+    FAKE_ENTRY(cuGraphLaunch, cuGraphLaunch, 10000, 0),
+    FAKE_ENTRY(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1),
+    FAKE_ENTRIES_END,
 };
 
-#define E(sym, base, ver, ptds) {#sym, #base, ver, ptds, (void *)sym}
-static const struct entry table[] = {
-    E(cuInit, cuInit, 2000, 0), E(cuDriverGetVersion, cuDriverGetVersion, 2020, 0),
-    E(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
-    E(cuDeviceGet, cuDeviceGet, 2000, 0), E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
-    E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
-    E(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
-    E(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, 0),
-    E(cuPointerGetAttribute, cuPointerGetAttribute, 4000, 0),
-    E(cuGetProcAddress, cuGetProcAddress, 11030, 0), E(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0),
-    E(cuMemAlloc, cuMemAlloc, 2000, 0), E(cuMemAlloc_v2, cuMemAlloc, 3020, 0),
-    E(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0), E(cuMemAllocManaged, cuMemAllocManaged, 6000, 0),
-    E(cuMemAllocAsync, cuMemAllocAsync, 11020, 0), E(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1),
-    E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0),
-    E(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1),
-    E(cuMemFree_v2, cuMemFree, 3020, 0), E(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),
-    E(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1), E(cuMemCreate, cuMemCreate, 10020, 0),
-    E(cuMemRelease, cuMemRelease, 10020, 0), E(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0),
-    E(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0),
-    E(cuLaunchKernel, cuLaunchKernel, 4000, 0), E(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1),
-    E(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0), E(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1),
-    E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0),
-    E(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1),
-    E(cuGraphLaunch, cuGraphLaunch, 10000, 0), E(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1),
-    E(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0), E(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, 1),
-    E(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0), E(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 1),
-    E(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0), E(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 1),
-    E(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0), E(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, 1),
-    E(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0), E(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, 1),
-    E(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0), E(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1),
-    E(cuMemcpy, cuMemcpy, 4000, 0), E(cuMemcpy_ptds, cuMemcpy, 7000, 1),
-    E(cuMemcpyAsync, cuMemcpyAsync, 4000, 0), E(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, 1),
-    E(cuMemcpyPeer, cuMemcpyPeer, 4000, 0), E(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, 1),
-    E(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0), E(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, 1),
-    E(cuMemcpy2D_v2, cuMemcpy2D, 3020, 0), E(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, 1),
-    E(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, 0), E(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, 1),
-    E(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0), E(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1),
-    E(cuMemcpy3D_v2, cuMemcpy3D, 3020, 0), E(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, 1),
-    E(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0), E(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1),
-    E(cuEventCreate, cuEventCreate, 2000, 0), E(cuEventDestroy_v2, cuEventDestroy, 4000, 0),
-    E(cuEventRecord, cuEventRecord, 2000, 0), E(cuEventRecord_ptsz, cuEventRecord, 7000, 1),
-    E(cuEventQuery, cuEventQuery, 2000, 0), E(cuEventElapsedTime, cuEventElapsedTime, 2000, 0),
-    E(cuEventElapsedTime_v2, cuEventElapsedTime, 12080, 0),
-    E(cuStreamQuery, cuStreamQuery, 2000, 0), E(cuStreamQuery_ptsz, cuStreamQuery, 7000, 1),
-    E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
-    E(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1),
-    E(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0),
-    FAKE_OBJECT_ENTRIES
-    FAKE_GRAPH_ENTRIES
+static const struct fake_entry *const lists[] = {
+    fake_cuda_entries, fake_copy_entries, fake_gpu_entries, fake_object_entries, fake_graph_entries, NULL,
 };
 
 /* Like the driver: the newest ABI of `symbol` not newer than `version`, the
@@ -444,19 +375,19 @@ static const struct entry table[] = {
 static int resolve(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
     int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? 1 : 0;
-    const struct entry *best = NULL;
+    const struct fake_entry *best = NULL;
     int found_name = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        const struct entry *e = &table[i];
-        if (strcmp(e->base, symbol) != 0)
-            continue;
-        found_name = 1;
-        if (e->version > version || (e->per_thread && !want_pt))
-            continue;
-        if (best == NULL || e->per_thread > best->per_thread ||
-            (e->per_thread == best->per_thread && e->version > best->version))
-            best = e;
-    }
+    for (const struct fake_entry *const *list = lists; *list != NULL; list++)
+        for (const struct fake_entry *e = *list; e->name != NULL; e++) {
+            if (strcmp(e->base, symbol) != 0)
+                continue;
+            found_name = 1;
+            if (e->version > version || (e->per_thread && !want_pt))
+                continue;
+            if (best == NULL || e->per_thread > best->per_thread ||
+                (e->per_thread == best->per_thread && e->version > best->version))
+                best = e;
+        }
     if (best == NULL) {
         *pfn = NULL;
         return found_name ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
@@ -488,9 +419,10 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
 
 FAKE_EXPORT void *fakecuda_real(const char *name)
 {
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(table[i].name, name) == 0)
-            return table[i].fn;
+    for (const struct fake_entry *const *list = lists; *list != NULL; list++)
+        for (const struct fake_entry *e = *list; e->name != NULL; e++)
+            if (strcmp(e->name, name) == 0)
+                return e->fn;
     return NULL;
 }
 

@@ -435,3 +435,19 @@ F(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode *mode))
     *mode = old;
     return CUDA_SUCCESS;
 }
+
+const struct fake_entry fake_gpu_entries[] = {
+    FAKE_ENTRY(cuEventCreate, cuEventCreate, 2000, 0),
+    FAKE_ENTRY(cuEventDestroy_v2, cuEventDestroy, 4000, 0),
+    FAKE_ENTRY(cuEventRecord, cuEventRecord, 2000, 0),
+    FAKE_ENTRY(cuEventRecord_ptsz, cuEventRecord, 7000, 1),
+    FAKE_ENTRY(cuEventQuery, cuEventQuery, 2000, 0),
+    FAKE_ENTRY(cuEventElapsedTime, cuEventElapsedTime, 2000, 0),
+    FAKE_ENTRY(cuEventElapsedTime_v2, cuEventElapsedTime, 12080, 0),
+    FAKE_ENTRY(cuStreamQuery, cuStreamQuery, 2000, 0),
+    FAKE_ENTRY(cuStreamQuery_ptsz, cuStreamQuery, 7000, 1),
+    FAKE_ENTRY(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
+    FAKE_ENTRY(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1),
+    FAKE_ENTRY(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0),
+    FAKE_ENTRIES_END,
+};

@@ -279,3 +279,25 @@ int fake_capture_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes)
     pthread_mutex_unlock(&graph_lock);
     return done;
 }
+
+const struct fake_entry fake_graph_entries[] = {
+    FAKE_ENTRY(cuGraphCreate, cuGraphCreate, 10000, 0),
+    FAKE_ENTRY(cuGraphDestroy, cuGraphDestroy, 10000, 0),
+    FAKE_ENTRY(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0),
+    FAKE_ENTRY(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode, 10000, 0),
+    FAKE_ENTRY(cuGraphGetNodes, cuGraphGetNodes, 10000, 0),
+    FAKE_ENTRY(cuGraphNodeGetType, cuGraphNodeGetType, 10000, 0),
+    FAKE_ENTRY(cuGraphMemAllocNodeGetParams, cuGraphMemAllocNodeGetParams, 11040, 0),
+    FAKE_ENTRY(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, 0),
+    FAKE_ENTRY(cuGraphInstantiate, cuGraphInstantiate, 10000, 0),
+    FAKE_ENTRY(cuGraphInstantiate_v2, cuGraphInstantiate, 11000, 0),
+    FAKE_ENTRY(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0),
+    FAKE_ENTRY(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0),
+    FAKE_ENTRY(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1),
+    FAKE_ENTRY(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0),
+    FAKE_ENTRY(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, 0),
+    FAKE_ENTRY(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0),
+    FAKE_ENTRY(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0),
+    FAKE_ENTRY(cuStreamEndCapture, cuStreamEndCapture, 10000, 0),
+    FAKE_ENTRIES_END,
+};

@@ -316,3 +316,28 @@ F(cuFuncGetName, (const char **name, CUfunction f))
     pthread_mutex_unlock(&obj_lock);
     return r;
 }
+
+const struct fake_entry fake_object_entries[] = {
+    FAKE_ENTRY(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0),
+    FAKE_ENTRY(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, 0),
+    FAKE_ENTRY(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, 0),
+    FAKE_ENTRY(cuCtxCreate_v2, cuCtxCreate, 3020, 0),
+    FAKE_ENTRY(cuCtxCreate_v3, cuCtxCreate, 11040, 0),
+    FAKE_ENTRY(cuCtxCreate_v4, cuCtxCreate, 12050, 0),
+    FAKE_ENTRY(cuCtxDestroy_v2, cuCtxDestroy, 4000, 0),
+    FAKE_ENTRY(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0),
+    FAKE_ENTRY(cuCtxGetCurrent, cuCtxGetCurrent, 4000, 0),
+    FAKE_ENTRY(cuArrayCreate_v2, cuArrayCreate, 3020, 0),
+    FAKE_ENTRY(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0),
+    FAKE_ENTRY(cuArrayDestroy, cuArrayDestroy, 2000, 0),
+    FAKE_ENTRY(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0),
+    FAKE_ENTRY(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0),
+    FAKE_ENTRY(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, 0),
+    FAKE_ENTRY(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, 0),
+    FAKE_ENTRY(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0),
+    FAKE_ENTRY(cuMemExportToShareableHandle, cuMemExportToShareableHandle, 10020, 0),
+    FAKE_ENTRY(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0),
+    FAKE_ENTRY(cuModuleGetFunction, cuModuleGetFunction, 2000, 0),
+    FAKE_ENTRY(cuFuncGetName, cuFuncGetName, 12040, 0),
+    FAKE_ENTRIES_END,
+};
