@@ -34,7 +34,7 @@ from alnair_common.testing.kube import KubeNamespace
 from alnair_kube_bridge import Changed
 from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
 from alnair_kube_bridge._training_job_spec import job_spec
-from alnair_kube_bridge._training_job_status import from_state
+from alnair_kube_bridge._training_job_status import event, from_state
 from alnair_kube_bridge._training_jobs import FINALIZER, TrainingJobs
 
 J = job_pb2
@@ -167,6 +167,28 @@ def test_conditions_move_only_when_their_status_flips() -> None:
     assert deleting["observedGeneration"] == 2
 
 
+def test_an_event_tells_a_new_phase_or_reason_warning_when_a_user_must_look() -> None:
+    pending = {"phase": "Pending", "reason": "WaitingForCapacity", "message": "needs 2 cards"}
+    assert event({}, pending) == ("Normal", "WaitingForCapacity", "Pending: needs 2 cards")
+    assert event(pending, {**pending, "message": "needs 1 card"}) is None, "same phase and reason"
+    running = {"phase": "Running", "reason": "WorldFormed", "message": "", "replicas": 2}
+    assert event(pending, running) == ("Normal", "WorldFormed", "Running")
+    assert event(running, {**running, "replicas": 3, "goodput": 0.9}) is None, "status, not news"
+    assert event(pending, {**pending, "reason": "Unschedulable", "message": "no node has 4 cards"}) == (
+        "Warning", "Unschedulable", "Pending: no node has 4 cards")
+    assert event(running, {"phase": "Recovering", "reason": "WorkerFailed", "message": "w-1 exited 1"})[0] == "Warning"
+    assert event(running, {"phase": "Failed", "reason": "", "message": ""}) == ("Warning", "Failed", "Failed")
+    assert event(running, {"phase": "Pending", "reason": "Preempted", "message": "grant fell"})[0] == "Warning"
+    assert event(running, {"phase": "Rescaling", "reason": "ScalingUp", "message": "2 → 3"})[0] == "Normal"
+
+
+def events_of(kube: KubeNamespace, uid: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events recorded on the object ``uid``, in the order they
+    were created (their resourceVersions: etcd's revisions)."""
+    found = kube.core.list_namespaced_event(kube.namespace, field_selector=f"involvedObject.uid={uid}").items
+    return [(e.type, e.reason, e.message) for e in sorted(found, key=lambda e: int(e.metadata.resource_version))]
+
+
 def test_bad_specs_names_and_spec_changes_are_refused_by_the_apiserver(jobs: Jobs) -> None:
     cases = [
         ("min-over-max", {**SPEC, "minReplicas": 5}, "set minReplicas <= maxReplicas"),
@@ -243,6 +265,16 @@ async def test_a_trainingjob_is_submitted_once_and_its_states_become_its_status(
     await start_bridge(bridge_kubeconfig)
     assert [c.request_id for c in await jobs.commands("resnet")] == [f"cr.{uid}.1"]
 
+    # Each new phase or reason was told as an Event on the object, once; the older state and
+    # the other job's were not. A failure is a Warning, and kubectl describe lists them.
+    assert events_of(kube, uid) == [("Normal", "WaitingForCapacity", "Pending: WaitingForCapacity 1"),
+                                    ("Normal", "WorldFormed", "Running: WorldFormed 4")]
+    await jobs.state(spec, 6, J.JOB_PHASE_FAILED, reason="RestartsExhausted")
+    await jobs.wait_status("resnet", lambda s: s.get("phase") == "Failed", "Failed")
+    assert events_of(kube, uid)[2:] == [("Warning", "RestartsExhausted", "Failed: RestartsExhausted 6")]
+    described = kube.kubectl("describe", "trainingjob", "resnet")
+    assert "Events:" in described and "RestartsExhausted" in described and "WorldFormed" in described
+
 
 async def test_deleting_sends_one_delete_and_keeps_the_object_until_the_job_is_deleted(
         jobs: Jobs, bridge_kubeconfig: Path, start_bridge) -> None:
@@ -274,7 +306,7 @@ async def test_deleting_sends_one_delete_and_keeps_the_object_until_the_job_is_d
 
 
 async def test_a_refusal_by_the_controller_is_written_on_the_status(
-        jobs: Jobs, bridge_kubeconfig: Path, start_bridge) -> None:
+        jobs: Jobs, kube: KubeNamespace, bridge_kubeconfig: Path, start_bridge) -> None:
     await start_bridge(bridge_kubeconfig)
     jobs.create("resnet")
     await jobs.wait_commands("resnet", 1)
@@ -293,6 +325,7 @@ async def test_a_refusal_by_the_controller_is_written_on_the_status(
         subject=subjects.job_command("resnet"), object=f"{jobs.ns}/resnet", observed_at=later, permanent=True))
     refused = await jobs.wait_status("resnet", lambda s: s.get("reason") == "SubmitRefused", "refused")
     assert (refused["status"]["phase"], refused["status"]["message"]) == ("Failed", refusal)
+    assert events_of(kube, refused["metadata"]["uid"]) == [("Warning", "SubmitRefused", f"Failed: {refusal}")]
     assert conditions(refused["status"])["Failed"] == ("True", "SubmitRefused")
     [failed] = [c for c in refused["status"]["conditions"] if c["type"] == "Failed"]
     assert failed["lastTransitionTime"] == later.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ"), \

@@ -7,6 +7,10 @@ the Kubernetes style, one per question a user or a tool asks: Scheduling (the jo
 its workers together: Pending, Scheduling, Rescaling, Recovering), Running, Succeeded,
 Failed. A condition's ``lastTransitionTime`` moves only when its status flips; the condition
 that is True carries the current reason and message.
+
+Each change of phase or reason is also told as a Kubernetes Event on the object (``event``),
+what ``kubectl describe trainingjob`` lists: Warning when the job fails, recovers from a
+failure or cannot be placed, Normal otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ CONDITIONS = {"Scheduling": {"Pending", "Scheduling", "Rescaling", "Recovering"}
               "Running": {"Running"}, "Succeeded": {"Succeeded"}, "Failed": {"Failed"}}
 # The controller refused the submission: another job holds the name, or the spec is invalid.
 SUBMIT_REFUSED = "SubmitRefused"
+# Phases and reasons told as Warning Events: something a user has to look at.
+WARNING_PHASES = frozenset({"Failed", "Recovering"})
+WARNING_REASONS = frozenset({"Unschedulable", "Preempted"})
 
 
 def rfc3339(when: datetime) -> str:
@@ -91,3 +98,15 @@ def refused(status: Obj, message: str, generation: int, when: datetime) -> Obj:
             "observedGeneration": generation, "lastTransitionTime": at,
             "conditions": conditions(list(status.get("conditions") or []), "Failed",
                                      SUBMIT_REFUSED, message, at)}
+
+
+def event(before: Obj, after: Obj) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event that tells a status change from ``before`` to
+    ``after``; None when neither the phase nor the reason changed (a new world size or
+    goodput is status, not news)."""
+    phase, reason = after.get("phase") or "", after.get("reason") or ""
+    if (phase, reason) == (before.get("phase"), before.get("reason")):
+        return None
+    kind = "Warning" if phase in WARNING_PHASES or reason in WARNING_REASONS else "Normal"
+    message = after.get("message") or ""
+    return kind, reason or phase, f"{phase}: {message}" if message else phase

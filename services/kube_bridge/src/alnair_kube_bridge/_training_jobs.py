@@ -22,6 +22,10 @@ has heard no state of its job yet gets ``phase: Failed``, reason ``SubmitRefused
 controller's message — only in the namespace the event's ``object`` names
 (``namespace/name``); an event without one (an older controller) reaches each namespace's
 object of that name that waits for its first state.
+
+A change of phase or reason written, and a refusal, is recorded as an Event on the object
+too (``st.event``), before the status: the Event is named after the object's uid and the
+state's generation, so a write that conflicts and is redelivered records it once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from alnair_common import Bus, PermanentError, TemporaryError, get_logger, subje
 
 from . import _training_job_status as st
 from ._custom_objects import CustomObjects
+from ._kube_errors import api_call
+from ._kube_events import record_event
 from ._training_job_spec import GROUP, KIND, PLURAL, VERSION, job_key, job_spec, same_job
 from ._watch import Changed, Synced
 
@@ -53,6 +59,7 @@ class TrainingJobs:
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.bus = bus
         self.objects = CustomObjects(api_client, GROUP, VERSION, PLURAL, KIND, namespace)
+        self.core = k8s.CoreV1Api(api_client)
         self.namespace = namespace
         self.clock = clock
 
@@ -138,6 +145,7 @@ class TrainingJobs:
             return
         status = st.from_state(obj.get("status") or {}, state, _generation(obj))
         if status is not None:
+            self._tell(obj, status, f"state.{state.generation}", observed or self.clock())
             self._write(obj, status, conflict_is_temporary=True)
 
     async def on_error(self, _subject: str, event: platform_pb2.ErrorEvent) -> None:
@@ -164,14 +172,33 @@ class TrainingJobs:
                                      retry_after=0.5)
             log.info("training job refused by the controller", job=f"{meta['namespace']}/{name}",
                      error=event.message)
-            self._write(obj, st.refused(status, event.message, _generation(obj), when),
-                        conflict_is_temporary=True)
+            refused = st.refused(status, event.message, _generation(obj), when)
+            self._tell(obj, refused, f"refused.{_generation(obj)}", when)
+            self._write(obj, refused, conflict_is_temporary=True)
 
     # -- API calls ----------------------------------------------------------------------------
 
     def _release(self, obj: Obj) -> None:
         self.objects.release(obj, FINALIZER)
         log.info("training job released", job=f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+
+    def _tell(self, obj: Obj, status: Obj, what: str, when: datetime) -> None:
+        """The Event for a status about to be written, if it says something new; a temporary
+        failure is the caller's to retry (redelivery), a refusal only logged."""
+        said = st.event(obj.get("status") or {}, status)
+        if said is None:
+            return
+        kind, reason, message = said
+        meta = obj["metadata"]
+        involved = k8s.V1ObjectReference(api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"],
+                                         namespace=meta["namespace"], uid=meta["uid"])
+        try:
+            api_call(f"record event on TrainingJob {meta['namespace']}/{meta['name']}", lambda: record_event(
+                self.core, involved, type=kind, reason=reason, message=message,
+                key=f"trainingjob.{meta['uid']}.{what}", when=when))
+        except PermanentError as e:  # (no right to create Events): the status still says it
+            log.warning("training job event not recorded", job=f"{meta['namespace']}/{meta['name']}",
+                        reason=reason, error=str(e))
 
     def _write(self, obj: Obj, status: Obj, *, conflict_is_temporary: bool = False) -> None:
         """A conflict is retried by the caller's redelivery (states, refusals) or left to the
