@@ -9,12 +9,14 @@ and reads each, with the same number of threads, these ways, interleaved over th
   are written back): the time until every file was read (what the training loop waits for),
   and until the write-backs were done too; "next epoch hits" is the share of files a new
   reader then finds in the tier (lowest of the rounds);
-* ``alnair warm``: DatasetReader once the data set is in the tier (every read a hit);
+* ``alnair warm``: DatasetReader once the data set is in the tier (every read a hit), on one
+  redis-server, on a Redis Cluster of three servers and on a directory tier (``dir://``,
+  files in the page cache: what a node-local disk tier gives);
 * ``alnair warm, boto3 through the S3 gateway``: the same hits, read by unchanged boto3 code
   pointed at ``alnair_dataset.s3_gateway`` in a process of its own (what a pod's S3 client
   gets from the webhook: the gateway as its sidecar);
 * ``raw Redis``: the tier's own client GETting the file's chunks, with no Alnair code
-  in between (the ceiling for the warm case).
+  in between (the ceiling for the warm case), on the one server and on the cluster.
 
     export ALNAIR_TESTBIN=$(scripts/testbin | tail -1)
     .venv/bin/python services/cache_hydrator/bench/read_bench.py --threads 8 --rounds 3
@@ -46,7 +48,7 @@ import boto3
 from botocore.config import Config
 
 from alnair_common.natsd import free_port
-from alnair_common.testing.redis_cluster import start_redis_node
+from alnair_common.testing.redis_cluster import start_redis_cluster, start_redis_node
 from alnair_common.testing.s3 import start_s3
 from alnair_common.testing.testbin import locate
 from alnair_dataset import Budget, DatasetReader, RedisTier, connect, open_source, open_tier, store_file
@@ -157,6 +159,7 @@ def main() -> None:
         testbin = locate()
         s3 = start_s3(testbin, Path(tmp) / "s3")
         redis = start_redis_node(testbin, Path(tmp) / "redis", maxmemory="1gb")
+        cluster = start_redis_cluster(testbin, Path(tmp) / "cluster", maxmemory="1gb")
         try:
             bucket = s3.make_bucket()
             client = s3.client()
@@ -172,10 +175,12 @@ def main() -> None:
                 uri = f"s3://{bucket}/bench/{prefix}"
                 rel = {p.split("/", 1)[1]: d for p, d in files.items()}
                 hydrate(redis.url, name, uri, options)
+                warm_dir = Path(tmp) / f"warm-{prefix}"
+                for url in (redis.url, cluster.url, f"dir://{warm_dir}"):
+                    hydrate(url, name, uri, options)
                 manifest = RedisTier(connect(redis.url), budget_bytes=1 << 40, prefix="b").manifest(name)
-                raw = connect(redis.url)
 
-                def raw_read(path: str, manifest=manifest, raw=raw) -> bytes:
+                def raw_read(path: str, raw, manifest=manifest) -> bytes:  # raw: a Redis or cluster client
                     chunks = manifest[path].chunks
                     if len(chunks) == 1:
                         c = chunks[0]
@@ -187,8 +192,10 @@ def main() -> None:
 
                 cold_dbs = connect(f"{redis.url}/1")  # the cold epochs' Redis tier, emptied each round
                 cold_dir = Path(tmp) / "cold-tier"
-                warm = DatasetReader(name, tier_url=redis.url, prefix="b", threads=args.threads,
-                                     write_back=False)
+                warm, warm_cluster, warm_dir_tier = (
+                    DatasetReader(name, tier_url=url, prefix="b", threads=args.threads, write_back=False)
+                    for url in (redis.url, cluster.url, f"dir://{warm_dir}"))
+                raw, raw_cluster = connect(redis.url), connect(cluster.url)
                 gateway, gateway_url = start_gateway(name, redis.url, options)
                 via_gateway = boto3.session.Session().client(
                     "s3", **{**options, "endpoint_url": gateway_url},
@@ -197,10 +204,13 @@ def main() -> None:
                     "S3 direct": lambda p, key=f"bench/{prefix}": client.get_object(
                         Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "alnair warm": warm.read,
+                    "alnair warm, Redis Cluster (3 servers)": warm_cluster.read,
+                    "alnair warm, directory tier": warm_dir_tier.read,
                     "alnair warm, boto3 through the S3 gateway":
                         lambda p, key=f"bench/{prefix}", c=via_gateway: c.get_object(
                             Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
-                    "raw Redis (tier's client, no Alnair)": raw_read}
+                    "raw Redis (tier's client, no Alnair)": lambda p, raw=raw: raw_read(p, raw),
+                    "raw Redis Cluster": lambda p, raw=raw_cluster: raw_read(p, raw)}
                 runs: dict[str, list[Measured]] = {}
                 hits: dict[str, float] = {}
                 for _ in range(args.rounds):  # interleaved, so drift hits every way alike
@@ -213,8 +223,9 @@ def main() -> None:
                         runs.setdefault(read_row[0], []).append(read_row)
                         runs.setdefault(written_row[0], []).append(written_row)
                         hits[read_row[0]] = min(hits.get(read_row[0], 1.0), hit)
-                assert warm.stats.misses == 0
-                warm.close()
+                for reader in (warm, warm_cluster, warm_dir_tier):
+                    assert reader.stats.misses == 0, "a warm read missed"
+                    reader.close()
                 via_gateway.close()
                 gateway.terminate()
                 gateway.wait(30)
@@ -224,6 +235,7 @@ def main() -> None:
                     hit = f"{hits[label]:.1%}" if label in hits else ""
                     print(f"| {title} | {label} | {mbs:,.0f} | {fps:,.0f} | {cpu * 1e3:.2f} | {hit} |")
         finally:
+            cluster.stop()
             redis.process.stop()
             s3.stop()
 
