@@ -11,6 +11,10 @@ child processes under the built interceptor, each with a limits file in MPS mode
 ``compute_percent`` into the client's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and the memory
 limit into ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``; its time-slicing throttle stays off.
 
+Before the daemon starts, the same tenants time-sliced (``ts_*``: no MPS, the interceptor's throttle with the
+limit from ``ALNAIR_VGPU_COMPUTE_PERCENT``): alone at 30 %, the unlimited pair, pairs 30+70
+and 10+90, shares against the loop alone without MPS.
+
 Phases, each tenant started together with its phase's others, the measurement windows the
 same wall-clock interval (``--settle`` s, then ``--measure`` s): the loop alone without MPS
 (the interceptor, no limits: context), alone in MPS mode without a compute limit (the
@@ -59,6 +63,13 @@ CONTROL = "nvidia-cuda-mps-control"
 # (phase name, MPS mode, the tenants' compute limits; 0 = none)
 PHASES = (
     ("native_alone", False, (0,)),
+    # the same tenants time-sliced (no MPS; the interceptor's throttle, limits from the
+    # environment), against native_alone: the pair yardstick of section 1; before the
+    # daemon starts, so that no MPS server holds the card
+    ("ts_single_30", False, (30,)),
+    ("ts_pair_none", False, (0, 0)),
+    ("ts_pair_30_70", False, (30, 70)),
+    ("ts_pair_10_90", False, (10, 90)),
     ("mps_alone", True, (0,)),
     *((f"single_{p}", True, (p,)) for p in (10, 30, 50, 70, 90)),
     ("pair_30_70", True, (30, 70)),
@@ -191,6 +202,8 @@ class Run:
                if not k.startswith(("ALNAIR_", "CUDA_MPS_")) and k != "LD_PRELOAD"}
         # No CUDA_MPS_* from here: the interceptor sets them from the limits file.
         env.update(LD_PRELOAD=self.args.lib, ALNAIR_WORKSPACE=str(ws), CUDA_VISIBLE_DEVICES=self.uuid)
+        if not mps and percent:
+            env["ALNAIR_VGPU_COMPUTE_PERCENT"] = str(percent)  # time-slicing: the throttle
         return env
 
     def phase(self, name: str, mps: bool, percents: tuple[int, ...], probe: bool) -> dict:
@@ -274,13 +287,16 @@ def alone_rate(results: dict, phase: str) -> float | None:
 
 
 def shares(results: dict) -> None:
-    """Adds each tenant's share of the reference (the loop alone in MPS mode, no limit)."""
+    """Adds each tenant's share of its mode's reference: the loop alone in MPS mode with no
+    limit for MPS phases, alone without MPS for the time-sliced ones."""
     ref = alone_rate(results, "mps_alone")
-    results["reference_rate"], results["native_rate"] = ref, alone_rate(results, "native_alone")
+    native = alone_rate(results, "native_alone")
+    results["reference_rate"], results["native_rate"] = ref, native
     for phase in results["phases"].values():
+        base = ref if phase.get("mps") else native
         for t in phase.get("tenants", []):
-            if ref and "rate" in t:
-                t["share_percent"] = round(100 * t["rate"] / ref, 1)
+            if base and "rate" in t:
+                t["share_percent"] = round(100 * t["rate"] / base, 1)
 
 
 def markdown(results: dict) -> str:
@@ -314,6 +330,7 @@ def main() -> None:
     ap.add_argument("--gpu", default="0", help="nvidia-smi index of the GPU to share")
     ap.add_argument("--settle", type=float, default=2.0)
     ap.add_argument("--measure", type=float, default=8.0)
+    ap.add_argument("--phases", default="", help="comma-separated phase names (default: all)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("issue19_mps.py runs as root: it starts and stops the MPS control daemon")
@@ -338,7 +355,10 @@ def main() -> None:
         (out / "issue19_mps.md").write_text(markdown(results))
 
     try:
+        wanted = set(filter(None, a.phases.split(",")))
         for name, mps, percents in PHASES:
+            if wanted and name not in wanted:
+                continue
             if mps and not run.daemon_started:
                 run.start_daemon()
             r = run.phase(name, mps, percents, probe=name.startswith("quad"))

@@ -11,6 +11,19 @@
  *     sampled GPU ns per token x tokens per second of all launches
  * into the workload's share of the GPU.
  *
+ * Work, not only time: a card that is power-capped at full load runs faster
+ * when it is partly idle (H200: 1530 MHz flat out, 1980 MHz at <= 50 %), so a
+ * tenant alone on it would get more work than its share of the time says (30 %
+ * of the time did 36 % of the work alone). Each key therefore also keeps its
+ * duration at full load — its shortest duration while the monitor saw the device
+ * at least CI_MONITOR_FULL_LOAD (95 %) busy with no other process on it
+ * (ci_gputime_set_full_load; longer ones taken at once, shorter ones slowly) — and a
+ * sample is
+ * also counted as the time it would have taken at that speed (work_ns: ns x
+ * full / shortest, the factor between 1 and CI_GPUTIME_MAX_SPEEDUP). A key never
+ * seen at full load counts its plain time. While the card is full (co-tenants,
+ * or no limit) the two are equal.
+ *
  * Only a launch into a stream that is still busy is timed: its start event
  * then fires when the previous work ends, so the pair spans the kernel and not
  * the host's launch latency. A stream being captured into a graph is never
@@ -30,6 +43,8 @@
 #define CI_GPUTIME_KEYS 256
 #define CI_GPUTIME_CLIP 2.0
 #define CI_GPUTIME_DRIFT 32 /* a key's shortest duration rises 1/32 per longer sample */
+#define CI_GPUTIME_MAX_SPEEDUP 1.6 /* most a partly idle card is believed faster than full */
+#define CI_GPUTIME_FULL_DRIFT 512  /* a faster full-load sample moves full_ns 1/512 of the way */
 
 enum { CI_GPUTIME_FREE, CI_GPUTIME_OWNED, CI_GPUTIME_PENDING };
 
@@ -43,6 +58,7 @@ struct ci_gputime_sample {
 struct ci_gputime_key {
     uint64_t key;
     double shortest_ns;
+    double full_ns; /* shortest_ns while the device was last seen at full load; 0 never */
 };
 
 static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
@@ -50,8 +66,9 @@ static struct ci_gputime_key ci_gputime_keys[CI_GPUTIME_KEYS];
 static atomic_flag ci_gputime_polling = ATOMIC_FLAG_INIT;
 static _Atomic int ci_gputime_enabled;
 static _Atomic uint64_t ci_gputime_next_ns;
+static _Atomic int ci_gputime_full[CI_MAX_DEVICES];
 static struct {
-    _Atomic uint64_t ns, cost, samples;
+    _Atomic uint64_t ns, work_ns, cost, samples;
 } ci_gputime_acc[CI_MAX_DEVICES];
 /* Initial-exec TLS: the library is preloaded, and needs nothing from ld.so. */
 static __thread unsigned ci_gputime_gate __attribute__((tls_model("initial-exec")));
@@ -61,9 +78,16 @@ void ci_gputime_enable(bool on)
     atomic_store_explicit(&ci_gputime_enabled, on ? 1 : 0, memory_order_relaxed);
 }
 
+void ci_gputime_set_full_load(int dev, bool full)
+{
+    if (dev >= 0 && dev < CI_MAX_DEVICES)
+        atomic_store_explicit(&ci_gputime_full[dev], full ? 1 : 0, memory_order_relaxed);
+}
+
 void ci_gputime_read(int dev, struct ci_gputime_totals *out)
 {
     out->ns = atomic_load_explicit(&ci_gputime_acc[dev].ns, memory_order_relaxed);
+    out->work_ns = atomic_load_explicit(&ci_gputime_acc[dev].work_ns, memory_order_relaxed);
     out->cost = atomic_load_explicit(&ci_gputime_acc[dev].cost, memory_order_relaxed);
     out->samples = atomic_load_explicit(&ci_gputime_acc[dev].samples, memory_order_relaxed);
 }
@@ -77,7 +101,8 @@ static bool ci_gputime_driver_ok(void)
            ci_driver.cuThreadExchangeStreamCaptureMode != NULL;
 }
 
-/* Counts one finished sample: clipped to CI_GPUTIME_CLIP x its key's shortest. */
+/* Counts one finished sample: clipped to CI_GPUTIME_CLIP x its key's shortest, and
+ * as work: the time it would have taken at the key's full-load speed. */
 static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
 {
     struct ci_gputime_key *k = &ci_gputime_keys[(key * 0x9E3779B97F4A7C15ull) >> 56];
@@ -85,6 +110,7 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
     if (k->key != key || k->shortest_ns <= 0.0) {
         k->key = key;
         k->shortest_ns = ns;
+        k->full_ns = 0.0;
     } else {
         if (counted > CI_GPUTIME_CLIP * k->shortest_ns)
             counted = CI_GPUTIME_CLIP * k->shortest_ns;
@@ -94,7 +120,19 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
             k->shortest_ns += (ns < 2.0 * k->shortest_ns ? ns - k->shortest_ns : k->shortest_ns) /
                               CI_GPUTIME_DRIFT;
     }
+    /* At full load the key's speed is its full-load speed. NVML says so only after the
+     * fact, so the card may already run faster when the flag is still on: a slower
+     * (longer) duration is taken at once, a faster one only slowly. */
+    if (atomic_load_explicit(&ci_gputime_full[dev], memory_order_relaxed))
+        k->full_ns = k->shortest_ns > k->full_ns
+                         ? k->shortest_ns
+                         : k->full_ns - (k->full_ns - k->shortest_ns) / CI_GPUTIME_FULL_DRIFT;
+    double speedup = k->full_ns > k->shortest_ns ? k->full_ns / k->shortest_ns : 1.0;
+    if (speedup > CI_GPUTIME_MAX_SPEEDUP)
+        speedup = CI_GPUTIME_MAX_SPEEDUP;
     atomic_fetch_add_explicit(&ci_gputime_acc[dev].ns, (uint64_t)counted, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ci_gputime_acc[dev].work_ns, (uint64_t)(counted * speedup),
+                              memory_order_relaxed);
     atomic_fetch_add_explicit(&ci_gputime_acc[dev].cost, cost, memory_order_relaxed);
     atomic_fetch_add_explicit(&ci_gputime_acc[dev].samples, 1, memory_order_relaxed);
 }
@@ -219,6 +257,7 @@ void ci_gputime_after_fork_child(void)
     atomic_flag_clear(&ci_gputime_polling);
     for (int d = 0; d < CI_MAX_DEVICES; d++) {
         atomic_store(&ci_gputime_acc[d].ns, 0);
+        atomic_store(&ci_gputime_acc[d].work_ns, 0);
         atomic_store(&ci_gputime_acc[d].cost, 0);
         atomic_store(&ci_gputime_acc[d].samples, 0);
     }

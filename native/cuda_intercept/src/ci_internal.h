@@ -385,9 +385,12 @@ struct ci_gputime_probe {
 bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
                       ci_hook_id ptsz_id, const void *fn, uint64_t cost);
 void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched);
-/* Sums over the finished samples of `dev`: GPU ns (clipped), tokens, count. */
+/* Whether the monitor last saw `dev` at full load (keys learn their full-load speed). */
+void ci_gputime_set_full_load(int dev, bool full);
+/* Sums over the finished samples of `dev`: GPU ns (clipped), the same at each key's
+ * full-load speed (work_ns), tokens, count. */
 struct ci_gputime_totals {
-    uint64_t ns, cost, samples;
+    uint64_t ns, work_ns, cost, samples;
 };
 void ci_gputime_read(int dev, struct ci_gputime_totals *out);
 void ci_gputime_after_fork_child(void);

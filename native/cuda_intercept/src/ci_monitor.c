@@ -19,6 +19,14 @@
  * is the fallback (too few samples yet: mostly launches into an idle stream), and
  * the region says which one fed it (sm_util_source).
  *
+ * The GPU time is counted as work: at each kernel's speed when the workload last had
+ * the device to itself at full load (NVML's device utilisation >= CI_MONITOR_FULL_LOAD,
+ * no other process in its samples; ci_gputime.c), so that a limit is a share of what
+ * the card does for the workload flat out, also where a partly idle, power-capped card
+ * clocks higher. To learn that speed while no limit is active, launches are sampled
+ * for CI_MONITOR_REFERENCE_PERIODS control periods out of every
+ * CI_MONITOR_REFERENCE_EVERY while that holds.
+ *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
  * (over-estimates under co-location, so it throttles more, never less); no
@@ -51,6 +59,9 @@
 #define CI_MONITOR_SHARE_WINDOW_NS 200000000ull
 #define CI_MONITOR_GPUTIME_WINDOW_NS 1000000000ull
 #define CI_MONITOR_GPUTIME_MIN_SAMPLES 8
+#define CI_MONITOR_FULL_LOAD 95.0        /* NVML device utilisation, percent */
+#define CI_MONITOR_REFERENCE_PERIODS 2   /* sampled control periods without a limit ... */
+#define CI_MONITOR_REFERENCE_EVERY 20    /* ... out of every this many (100 ms a second) */
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -60,6 +71,7 @@ struct ci_monitor_point {
 struct ci_monitor_dev {
     struct ci_controller ctl;
     bool started;
+    bool full_load; /* NVML's last samples: the device at full load, the workload alone */
     uint64_t last_seen_us;
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
@@ -167,8 +179,8 @@ static const struct ci_monitor_point *ci_monitor_at(const struct ci_monitor_dev 
     return best;
 }
 
-/* GPU ns per token of the sampled launches over the last second (or the whole
- * history when that holds too few samples); -1 when there are too few. */
+/* GPU ns of work (at full-load speed) per token of the sampled launches over the last
+ * second (or the whole history when that holds too few samples); -1 when too few. */
 static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t now)
 {
     unsigned n = m->hist_next < CI_MONITOR_HISTORY ? m->hist_next : CI_MONITOR_HISTORY;
@@ -182,7 +194,8 @@ static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t n
     if (b->gputime.samples - a->gputime.samples < CI_MONITOR_GPUTIME_MIN_SAMPLES ||
         b->gputime.cost <= a->gputime.cost)
         return -1.0;
-    return (double)(b->gputime.ns - a->gputime.ns) / (double)(b->gputime.cost - a->gputime.cost);
+    return (double)(b->gputime.work_ns - a->gputime.work_ns) /
+           (double)(b->gputime.cost - a->gputime.cost);
 }
 
 /* Share of the GPU (percent) this process's launches took over [t0, now]:
@@ -232,7 +245,6 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         m->started = true;
     }
     m->ctl.target = target;
-    ci_gputime_enable(target < 100);
     if (target >= 100) {
         if (ci_tokens_rate(dev) != 0.0)
             ci_tokens_set_rate(dev, 0.0);
@@ -256,9 +268,17 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     double util = 0.0;
     int others = 0;
     int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util, &others);
+    if (n != 0) {
+        /* Full load with the device to itself: its kernels run at their full-load
+         * speed (co-located, another context's slices would inflate what is timed). */
+        double device = 0.0;
+        m->full_load = n > 0 && others == 0 && ci_nvml_device_util(dev, &device) == 0 &&
+                       device >= CI_MONITOR_FULL_LOAD;
+        ci_gputime_set_full_load(dev, m->full_load);
+    }
     if (n == -1)
         return;
-    (void)others; /* co-located or not, the GPU-time measurement comes first */
+    /* co-located or not, the GPU-time measurement comes first */
     if (target < 100) {
         /* Alone or co-located: the GPU time the interceptor timed itself, whenever there
          * are enough samples. NVML's utilisation under-counts bursty work (H200: a 30 %
@@ -309,6 +329,18 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         ci_monitor_step(m, dev, util, t0, t1);
 }
 
+/* Launch sampling: on under a compute limit, and for a few periods of every
+ * CI_MONITOR_REFERENCE_EVERY while the workload has a device to itself at full load
+ * (to learn its kernels' speed there). */
+static void ci_monitor_sampling(int count, unsigned period)
+{
+    bool full = false;
+    for (int d = 0; d < count; d++)
+        full |= ci_monitor_devs[d].full_load;
+    bool reference = full && period % CI_MONITOR_REFERENCE_EVERY < CI_MONITOR_REFERENCE_PERIODS;
+    ci_gputime_enable(ci_region_compute_percent() < 100 || reference);
+}
+
 static void *ci_monitor_main(void *arg)
 {
     (void)arg;
@@ -322,9 +354,11 @@ static void *ci_monitor_main(void *arg)
         if (tick % CI_MONITOR_FOOTPRINT_TICKS == 0)
             ci_footprint_reconcile();
         ci_monitor_publish();
-        if (tick % CI_MONITOR_CONTROL_TICKS == 0)
-            for (int d = 0; d < count; d++)
-                ci_monitor_control(&ci_monitor_devs[d], d, nvml_ok, now);
+        if (tick % CI_MONITOR_CONTROL_TICKS != 0)
+            continue;
+        for (int d = 0; d < count; d++)
+            ci_monitor_control(&ci_monitor_devs[d], d, nvml_ok, now);
+        ci_monitor_sampling(count, tick / CI_MONITOR_CONTROL_TICKS);
     }
     return NULL;
 }

@@ -8,7 +8,11 @@
  * run by the monitor thread) sets; it holds at most CI_TOKENS_BURST_NS worth
  * of tokens. A launch proceeds while the bucket is positive and may take it
  * negative (a big grid is never starved); otherwise the launching thread
- * sleeps, in steps of at most CI_TOKENS_MAX_SLEEP_NS, until it is positive.
+ * sleeps, in steps of at most CI_TOKENS_MAX_SLEEP_NS, until it holds
+ * CI_TOKENS_REFILL_NS worth again. So a throttled workload launches in bursts of
+ * about that much work rather than one kernel at a time into an idle stream:
+ * its stream stays busy within a burst, which is where ci_gputime can time its
+ * kernels (a launch into an idle stream would time the host's latency too).
  *
  * Hot path: a few relaxed atomics, one clock read when throttled, no lock,
  * no allocation. With no compute limit the rate is 0 and nothing waits.
@@ -17,6 +21,7 @@
 
 #define CI_TOKENS_BURST_NS 20000000ull    /* bucket depth: 20 ms of refill */
 #define CI_TOKENS_MIN_SLEEP_NS 20000ull   /* waiting granularity */
+#define CI_TOKENS_REFILL_NS 1000000ull    /* a waiting launch waits for 1 ms of refill */
 #define CI_TOKENS_MAX_SLEEP_NS 2000000ull /* bound on one sleep: rate changes are seen */
 
 struct ci_bucket {
@@ -72,10 +77,11 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
 {
     if (atomic_load_explicit(&b->rate, memory_order_relaxed) != 0) {
         uint64_t start = 0;
+        int64_t need = 1; /* a launch passes a positive bucket; a waiting one, a refilled one */
         for (;;) {
             uint64_t now = ci_now_ns();
             ci_tokens_refill(b, now);
-            if (atomic_load_explicit(&b->tokens, memory_order_relaxed) > 0)
+            if (atomic_load_explicit(&b->tokens, memory_order_relaxed) >= need)
                 break;
             uint64_t rate = atomic_load_explicit(&b->rate, memory_order_relaxed);
             if (rate == 0)
@@ -83,8 +89,14 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
             if (start == 0) {
                 start = now;
                 atomic_fetch_add_explicit(&b->waiting, 1, memory_order_relaxed);
+                int64_t burst = atomic_load_explicit(&b->burst, memory_order_relaxed);
+                need = (int64_t)((double)rate * (double)CI_TOKENS_REFILL_NS / 1e9);
+                if (need > burst)
+                    need = burst;
+                if (need < 1)
+                    need = 1;
             }
-            int64_t deficit = 1 - atomic_load_explicit(&b->tokens, memory_order_relaxed);
+            int64_t deficit = need - atomic_load_explicit(&b->tokens, memory_order_relaxed);
             double wait = deficit > 0 ? (double)deficit * 1e9 / (double)rate : 0.0;
             uint64_t ns = (uint64_t)wait;
             if (ns < CI_TOKENS_MIN_SLEEP_NS)

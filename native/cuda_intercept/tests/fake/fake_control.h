@@ -26,8 +26,11 @@ uint64_t fakecuda_used_bytes(void);
 int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sample *out, int max);
 /* 1 when FAKECUDA_SHARED_GPU made this process share the timeline. */
 int fakecuda_gpu_shared(void);
-/* Kernel time this process has put on the timeline, in ns (the truth). */
+/* Kernel time this process has put on the timeline, in ns (the truth): nominal
+ * durations, i.e. the work at full-load speed (FAKECUDA_BOOST_PERCENT). */
 uint64_t fakecuda_own_busy_ns(void);
+/* Time the GPU has spent running kernels so far (all processes; at the clock it ran). */
+uint64_t fakecuda_gpu_busy_ns(void);
 /* The fake driver's clock (fake_clock.c): CLOCK_MONOTONIC, CLOCK_REALTIME and a sleep,
  * virtual with FAKECUDA_VIRTUAL_TIME=1. The interceptor's test build reads these. */
 uint64_t fakecuda_clock_ns(void);

@@ -14,6 +14,12 @@
  * (measured; see bench/share_probe.py), i.e. no share.
  * fakecuda_own_busy_ns() is the truth a test compares shares with.
  *
+ * FAKECUDA_BOOST_PERCENT=B makes it a power-capped card: flat out it runs kernels
+ * at their nominal duration, partly idle it clocks higher — B % faster after a
+ * sample period at most half busy, linearly less up to none at full load (the
+ * H200: 1530 MHz flat out, 1980 MHz at <= 50 %, B = 29). fakecuda_own_busy_ns()
+ * keeps counting nominal durations, i.e. work at full-load speed.
+ *
  * Time is fake_clock.c's (real, or virtual with FAKECUDA_VIRTUAL_TIME=1; a shared
  * GPU's file holds the one clock of its processes).
  *
@@ -37,7 +43,7 @@
 
 #define SAMPLE_RING 4096
 #define FUTURE_PERIODS 64
-#define GPU_MAGIC 0x46414b4547505533ull /* "FAKEGPU3" */
+#define GPU_MAGIC 0x46414b4547505534ull /* "FAKEGPU4" */
 #define QUEUE_MAX_NS 2000000ull         /* a process's launches block beyond this backlog */
 #define MAX_PROCS 8
 #define QUEUE_LEN 512
@@ -69,6 +75,8 @@ struct gpu_state {
     unsigned event_used[MAX_EVENTS];
     uint64_t period_ns, period0; /* period index base time */
     uint64_t cur_period;         /* index of the open period */
+    unsigned last_util;          /* busy percent of the last closed period */
+    uint64_t busy_total;         /* ns spent running kernels, ever */
     uint64_t busy[FUTURE_PERIODS];
     unsigned pids[FUTURE_PERIODS][FAKECUDA_SAMPLE_PIDS];
     unsigned npids[FUTURE_PERIODS];
@@ -158,10 +166,21 @@ static int gpu_next_proc(struct gpu_state *g, int after)
     return -1;
 }
 
+/* How long a kernel of nominal duration `dur` runs at the clock the last period's
+ * load left the card at (FAKECUDA_BOOST_PERCENT). */
+static uint64_t gpu_clocked(const struct gpu_state *g, uint64_t dur, uint64_t boost_percent)
+{
+    if (boost_percent == 0)
+        return dur;
+    double idle = g->last_util <= 50 ? 1.0 : (100.0 - g->last_util) / 50.0;
+    return (uint64_t)((double)dur / (1.0 + (double)boost_percent / 100.0 * idle));
+}
+
 /* Runs the GPU up to `now`: slices, kernels (never preempted), event markers. */
 static void gpu_run(struct gpu_state *g, uint64_t now)
 {
     uint64_t slice = env_u64("FAKECUDA_SLICE_NS", 1000000);
+    uint64_t boost = env_u64("FAKECUDA_BOOST_PERCENT", 0);
     if (g->sim_t == 0)
         g->sim_t = now;
     while (g->sim_t < now) {
@@ -184,8 +203,10 @@ static void gpu_run(struct gpu_state *g, uint64_t now)
             g->event_ts[it.event] = g->sim_t;
             continue;
         }
-        gpu_account(g, g->sim_t, g->sim_t + it.dur, p->pid);
-        g->sim_t += it.dur;
+        uint64_t ran = gpu_clocked(g, it.dur, boost);
+        gpu_account(g, g->sim_t, g->sim_t + ran, p->pid);
+        g->busy_total += ran;
+        g->sim_t += ran;
         p->queued_ns -= it.dur;
         p->last_end = g->sim_t;
     }
@@ -202,6 +223,7 @@ static void gpu_close_periods(struct gpu_state *g, uint64_t now)
         unsigned util = (unsigned)(g->busy[slot] * 100 / g->period_ns);
         if (util > 100)
             util = 100;
+        g->last_util = util;
         if (fixed != NULL && *fixed != '\0')
             util = (unsigned)atoi(fixed);
         struct fakecuda_sample *s = &g->samples[g->samples_n % SAMPLE_RING];
@@ -315,6 +337,15 @@ FAKE_EXPORT uint64_t fakecuda_own_busy_ns(void)
     struct gpu_state *g = gpu_get();
     pthread_mutex_lock(&g->lock);
     uint64_t ns = own_busy_ns;
+    pthread_mutex_unlock(&g->lock);
+    return ns;
+}
+
+FAKE_EXPORT uint64_t fakecuda_gpu_busy_ns(void)
+{
+    struct gpu_state *g = gpu_get();
+    gpu_enter(g);
+    uint64_t ns = g->busy_total;
     pthread_mutex_unlock(&g->lock);
     return ns;
 }

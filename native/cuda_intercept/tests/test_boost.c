@@ -1,0 +1,86 @@
+/*
+ * test_boost TARGET [start-limited] — on a power-capped card that clocks higher when
+ * partly idle (the fake's FAKECUDA_BOOST_PERCENT=29, the H200's 1980 / 1530 MHz), a
+ * compute limit is a share of the work the card does for the workload flat out, not
+ * of its time: 30 % of the time at the boost clock would do ~37 % of the work.
+ *
+ * Virtual time. The workload runs 1.5 s without a limit (the card is full: the
+ * interceptor learns each kernel's full-load speed), then the limit is tightened
+ * live through the region header, as an operator's change would be; after 2.5 s of
+ * settling its work over the next 2 s (nominal kernel time, fakecuda_own_busy_ns)
+ * must be within 2 points of TARGET, while the card's busy time (fakecuda_gpu_busy_ns)
+ * is lower than that work, by at least half the boost it gives: the
+ * limit was held in work, on a card that did run faster.
+ *
+ * "start-limited": the limit holds from the first launch; NVML shows the card full
+ * only after the controller's unthrottled first window, when the card already
+ * clocks up, so the full-load speed is partly known: the workload gets at least its
+ * limit in work (within 2 points) and at most its limit in time. "never-full": NVML never reports the card at full load (FAKENVML_UTIL=60),
+ * so no kernel's full-load speed is known: the limit stays a share of the time (the
+ * card's busy time within 2 points of TARGET) and the work done is more, as documented.
+ */
+#include <math.h>
+#include <stdbool.h>
+
+#include "ci_test.h"
+
+#define FREE_S 1.5
+#define SETTLE_S 2.5
+#define MEASURE_S 2.0
+
+int main(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: test_boost TARGET [start-limited|never-full]");
+    int target = atoi(argv[1]);
+    const char *mode = argc > 2 ? argv[2] : "";
+    bool never_full = strcmp(mode, "never-full") == 0;
+    bool start_limited = never_full || strcmp(mode, "start-limited") == 0;
+    ct_set_env("FAKECUDA_VIRTUAL_TIME", "1");
+    ct_set_env("FAKECUDA_BOOST_PERCENT", "29");
+    if (start_limited)
+        ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", argv[1]);
+    if (never_full)
+        ct_set_env("FAKENVML_UTIL", "60");
+    CHECK_CU(cuInit(0));
+    struct ci_region *r = ct_region();
+    double start = ct_now_s(), limited_at = start_limited ? start : start + FREE_S;
+    double t0 = 0.0;
+    uint64_t work0 = 0, busy0 = 0;
+    bool limited = start_limited;
+    while (ct_now_s() - limited_at < SETTLE_S + MEASURE_S) {
+        if (!limited && ct_now_s() >= limited_at) {
+            __atomic_store_n(&r->header.compute_percent, (uint32_t)target, __ATOMIC_RELAXED);
+            limited = true;
+        }
+        if (limited && t0 == 0.0 && ct_now_s() - limited_at >= SETTLE_S) {
+            t0 = ct_now_s();
+            work0 = fakecuda_own_busy_ns();
+            busy0 = fakecuda_gpu_busy_ns();
+        }
+        CHECK_CU(cuLaunchKernel((CUfunction)0x3000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+    }
+    double secs = ct_now_s() - t0;
+    double work = 100.0 * (double)(fakecuda_own_busy_ns() - work0) / (secs * 1e9);
+    /* The card's real busy time (NVML's samples may be fixed by FAKENVML_UTIL). */
+    double busy = 100.0 * (double)(fakecuda_gpu_busy_ns() - busy0) / (secs * 1e9);
+    struct ci_region_slot *sl = ct_slot_of(r, getpid());
+    CHECK(sl != NULL && sl->dev[0].sm_util_source == CI_UTIL_SOURCE_GPUTIME,
+          "fed by source %u, not GPU time", sl != NULL ? sl->dev[0].sm_util_source : 0);
+    printf("target %d%% (%s): work %.2f%% of full-load throughput, card busy %.2f%% of the "
+           "time, controller fed %u%%\n", target, start_limited ? "limited from the start" :
+           "limited after a free run", work, busy, sl->dev[0].sm_util_percent);
+    if (start_limited && !never_full) {
+        CHECK(work >= target - 2.0, "work share %.2f below target %d", work, target);
+        CHECK(busy <= target + 2.0, "time share %.2f above target %d", busy, target);
+    } else if (never_full) {
+        CHECK(fabs(busy - target) <= 2.0, "time share %.2f vs target %d", busy, target);
+        CHECK(work > busy, "work %.2f not above the time share %.2f: the card did not boost",
+              work, busy);
+    } else {
+        CHECK(fabs(work - target) <= 2.0, "work share %.2f vs target %d", work, target);
+        CHECK(work - busy >= 0.5 * 0.29 * busy * (target <= 50 ? 1.0 : (100.0 - work) / 50.0),
+              "card busy %.2f vs work %.2f: the boost was not exercised", busy, work);
+    }
+    printf("ok limit held in work\n");
+    return 0;
+}
