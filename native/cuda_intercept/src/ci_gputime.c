@@ -26,7 +26,9 @@
  *
  * Only a launch into a stream that is still busy is timed: its start event
  * then fires when the previous work ends, so the pair spans the kernel and not
- * the host's launch latency. A stream being captured into a graph is never
+ * the host's launch latency. A graph launch is timed into an idle stream too: a
+ * graph is many kernels, against which the latency (microseconds) is small, and a
+ * loop that replays one graph per synchronisation never has a busy stream. A stream being captured into a graph is never
  * touched. Another context's time slice falling between the two events
  * inflates a sample; each (function, grid) key keeps its shortest recent
  * duration, and a sample counts at most CI_GPUTIME_CLIP times that.
@@ -194,7 +196,7 @@ static struct ci_gputime_sample *ci_gputime_claim(int dev)
 }
 
 bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
-                      ci_hook_id ptsz_id, const void *fn, uint64_t cost)
+                      ci_hook_id ptsz_id, const void *fn, uint64_t cost, bool graph)
 {
     if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
         (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0 || dev < 0 || dev >= CI_MAX_DEVICES)
@@ -215,7 +217,7 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
     CUstreamCaptureStatus capture = -1;
     if (ci_driver.cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS &&
         capture == CU_STREAM_CAPTURE_STATUS_NONE &&
-        ci_driver.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY)
+        (graph || ci_driver.cuStreamQuery(stream) == CUDA_ERROR_NOT_READY))
         s = ci_gputime_claim(dev);
     if (s != NULL && ci_driver.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
         atomic_store(&s->state, CI_GPUTIME_FREE);

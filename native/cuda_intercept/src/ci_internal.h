@@ -378,12 +378,12 @@ struct ci_gputime_probe {
     struct ci_gputime_sample *sample;
     CUstream stream;
 };
-/* Before a launch of `cost` tokens of `fn` into `stream` through the real
- * entry point `real` (`ptsz_id`: that entry point's _ptsz variant, whose
- * stream 0 is the per-thread default stream). Returns true when this launch
+/* Before a launch of `cost` tokens of `fn` (a graph launch when `graph`) into `stream`
+ * through the real entry point `real` (`ptsz_id`: that entry point's _ptsz variant,
+ * whose stream 0 is the per-thread default stream). Returns true when this launch
  * is timed: call ci_gputime_end with the launch's result right after it. */
 bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
-                      ci_hook_id ptsz_id, const void *fn, uint64_t cost);
+                      ci_hook_id ptsz_id, const void *fn, uint64_t cost, bool graph);
 void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched);
 /* Whether the monitor last saw `dev` at full load (keys learn their full-load speed). */
 void ci_gputime_set_full_load(int dev, bool full);

@@ -215,7 +215,7 @@ static uint64_t ci_tokens_grid(unsigned gx, unsigned gy, unsigned gz)
         uint64_t cost_ = ci_tokens_on_launch(dev_, (cost), (graph), (fn));                    \
         struct ci_gputime_probe probe_;                                                       \
         if (CI_LIKELY(!ci_gputime_begin(&probe_, dev_, (stream), real, (ptsz_id), (fn),       \
-                                        cost_)))                                              \
+                                        cost_, (graph))))                                     \
             return call;                                                                      \
         CUresult r_ = call;                                                                   \
         ci_gputime_end(&probe_, r_);                                                          \

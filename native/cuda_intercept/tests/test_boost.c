@@ -18,19 +18,36 @@
  * limit in work (within 2 points) and at most its limit in time. "never-full": NVML never reports the card at full load (FAKENVML_UTIL=60),
  * so no kernel's full-load speed is known: the limit stays a share of the time (the
  * card's busy time within 2 points of TARGET) and the work done is more, as documented.
+ * "graph": as the first, with a CUDA graph (200 µs of work) replayed and waited for
+ * each time, so every launch goes into an idle stream: graph launches are timed there.
  */
 #include <math.h>
 #include <stdbool.h>
 
 #include "ci_test.h"
 
+CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
+CUresult cuStreamQuery(CUstream s);
+
 #define FREE_S 1.5
 #define SETTLE_S 2.5
 #define MEASURE_S 2.0
 
+/* One step of the workload: a kernel, or a graph replay waited for (graph != NULL). */
+static void step(CUgraphExec graph)
+{
+    if (graph == NULL) {
+        CHECK_CU(cuLaunchKernel((CUfunction)0x3000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+        return;
+    }
+    CHECK_CU(cuGraphLaunch(graph, NULL));
+    while (cuStreamQuery(NULL) == CUDA_ERROR_NOT_READY)
+        fakecuda_clock_sleep_ns(10000);
+}
+
 int main(int argc, char **argv)
 {
-    CHECK(argc >= 2, "usage: test_boost TARGET [start-limited|never-full]");
+    CHECK(argc >= 2, "usage: test_boost TARGET [start-limited|never-full|graph]");
     int target = atoi(argv[1]);
     const char *mode = argc > 2 ? argv[2] : "";
     bool never_full = strcmp(mode, "never-full") == 0;
@@ -42,6 +59,12 @@ int main(int argc, char **argv)
     if (never_full)
         ct_set_env("FAKENVML_UTIL", "60");
     CHECK_CU(cuInit(0));
+    CUgraphExec graph = NULL;
+    if (strcmp(mode, "graph") == 0) {
+        CUgraph g;
+        CHECK_CU(cuGraphCreate(&g, 0));
+        CHECK_CU(cuGraphInstantiateWithFlags(&graph, g, 0));
+    }
     struct ci_region *r = ct_region();
     double start = ct_now_s(), limited_at = start_limited ? start : start + FREE_S;
     double t0 = 0.0;
@@ -57,7 +80,7 @@ int main(int argc, char **argv)
             work0 = fakecuda_own_busy_ns();
             busy0 = fakecuda_gpu_busy_ns();
         }
-        CHECK_CU(cuLaunchKernel((CUfunction)0x3000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+        step(graph);
     }
     double secs = ct_now_s() - t0;
     double work = 100.0 * (double)(fakecuda_own_busy_ns() - work0) / (secs * 1e9);
