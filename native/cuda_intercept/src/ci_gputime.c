@@ -15,20 +15,24 @@
  * when it is partly idle (H200: 1530 MHz flat out, 1980 MHz at <= 50 %), so a
  * tenant alone on it would get more work than its share of the time says (30 %
  * of the time did 36 % of the work alone). Each key therefore also keeps its
- * duration at full load — its shortest duration while the monitor saw the device
- * at least CI_MONITOR_FULL_LOAD (95 %) busy with no other process on it
- * (ci_gputime_set_full_load; longer ones taken at once, shorter ones slowly) — and a
- * sample is
- * also counted as the time it would have taken at that speed (work_ns: ns x
- * full / shortest, the factor between 1 and CI_GPUTIME_MAX_SPEEDUP). A key never
- * seen at full load counts its plain time. While the card is full (co-tenants,
- * or no limit) the two are equal.
+ * duration at full load, and a sample is also counted as the time it would have
+ * taken at that speed (work_ns: ns x full / shortest, the factor between 1 and
+ * CI_GPUTIME_MAX_SPEEDUP). A key never seen at full load counts its plain time.
+ *
+ * The full-load duration is the key's shortest duration at the end of a control
+ * period the monitor saw at full load (at least CI_MONITOR_FULL_LOAD busy with no
+ * other process on it; ci_gputime_set_full_load), once the key has
+ * CI_GPUTIME_FULL_MIN_SAMPLES samples. NVML tells that only after the fact, so a
+ * period's value is kept pending and taken only when the next period is seen at full
+ * load too: the period in which a limit began (the card already clocking up while
+ * the last window still read full) is dropped.
  *
  * Only a launch into a stream that is still busy is timed: its start event
  * then fires when the previous work ends, so the pair spans the kernel and not
  * the host's launch latency. A graph launch is timed into an idle stream too: a
  * graph is many kernels, against which the latency (microseconds) is small, and a
- * loop that replays one graph per synchronisation never has a busy stream. A stream being captured into a graph is never
+ * loop that replays one graph per synchronisation never has a busy stream. Graph
+ * launches are few, so each is a candidate (kernels: every 16th, to spare the clock). A stream being captured into a graph is never
  * touched. Another context's time slice falling between the two events
  * inflates a sample; each (function, grid) key keeps its shortest recent
  * duration, and a sample counts at most CI_GPUTIME_CLIP times that.
@@ -45,8 +49,8 @@
 #define CI_GPUTIME_KEYS 256
 #define CI_GPUTIME_CLIP 2.0
 #define CI_GPUTIME_DRIFT 32 /* a key's shortest duration rises 1/32 per longer sample */
-#define CI_GPUTIME_MAX_SPEEDUP 1.6 /* most a partly idle card is believed faster than full */
-#define CI_GPUTIME_FULL_DRIFT 512  /* a faster full-load sample moves full_ns 1/512 of the way */
+#define CI_GPUTIME_MAX_SPEEDUP 1.6   /* most a partly idle card is believed faster than full */
+#define CI_GPUTIME_FULL_MIN_SAMPLES 8 /* a key's shortest is trusted from this many samples */
 
 enum { CI_GPUTIME_FREE, CI_GPUTIME_OWNED, CI_GPUTIME_PENDING };
 
@@ -59,8 +63,11 @@ struct ci_gputime_sample {
 
 struct ci_gputime_key {
     uint64_t key;
+    uint64_t samples;
     double shortest_ns;
-    double full_ns; /* shortest_ns while the device was last seen at full load; 0 never */
+    double full_ns;        /* the confirmed full-load duration; 0: never seen at full load */
+    double pending_ns;     /* shortest_ns in a full-load period not confirmed yet ... */
+    uint64_t pending_period; /* ... that period (0: none) */
 };
 
 static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
@@ -68,7 +75,11 @@ static struct ci_gputime_key ci_gputime_keys[CI_GPUTIME_KEYS];
 static atomic_flag ci_gputime_polling = ATOMIC_FLAG_INIT;
 static _Atomic int ci_gputime_enabled;
 static _Atomic uint64_t ci_gputime_next_ns;
-static _Atomic int ci_gputime_full[CI_MAX_DEVICES];
+static struct {
+    _Atomic uint64_t period;    /* the monitor's control period, from 1 */
+    _Atomic uint64_t confirmed; /* the last period seen at full load and followed by one */
+    _Atomic int full;           /* the current period is believed at full load */
+} ci_gputime_load[CI_MAX_DEVICES];
 static struct {
     _Atomic uint64_t ns, work_ns, cost, samples;
 } ci_gputime_acc[CI_MAX_DEVICES];
@@ -82,8 +93,29 @@ void ci_gputime_enable(bool on)
 
 void ci_gputime_set_full_load(int dev, bool full)
 {
-    if (dev >= 0 && dev < CI_MAX_DEVICES)
-        atomic_store_explicit(&ci_gputime_full[dev], full ? 1 : 0, memory_order_relaxed);
+    if (dev < 0 || dev >= CI_MAX_DEVICES)
+        return;
+    uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
+    if (full && atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed))
+        atomic_store_explicit(&ci_gputime_load[dev].confirmed, period, memory_order_relaxed);
+    atomic_store_explicit(&ci_gputime_load[dev].full, full ? 1 : 0, memory_order_relaxed);
+    atomic_store_explicit(&ci_gputime_load[dev].period, period + 1, memory_order_relaxed);
+}
+
+/* Updates `k`'s full-load duration from its pending one (see the top of the file). */
+static void ci_gputime_full_load(struct ci_gputime_key *k, int dev)
+{
+    uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
+    uint64_t confirmed = atomic_load_explicit(&ci_gputime_load[dev].confirmed, memory_order_relaxed);
+    if (k->pending_period != 0 && k->pending_period <= confirmed)
+        k->full_ns = k->pending_ns; /* its period was followed by another at full load */
+    if (k->pending_period != 0 && k->pending_period < period)
+        k->pending_period = 0; /* decided: taken, or dropped */
+    if (atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed) &&
+        k->samples >= CI_GPUTIME_FULL_MIN_SAMPLES) {
+        k->pending_ns = k->shortest_ns;
+        k->pending_period = period;
+    }
 }
 
 void ci_gputime_read(int dev, struct ci_gputime_totals *out)
@@ -110,9 +142,7 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
     struct ci_gputime_key *k = &ci_gputime_keys[(key * 0x9E3779B97F4A7C15ull) >> 56];
     double counted = ns;
     if (k->key != key || k->shortest_ns <= 0.0) {
-        k->key = key;
-        k->shortest_ns = ns;
-        k->full_ns = 0.0;
+        *k = (struct ci_gputime_key){.key = key, .shortest_ns = ns};
     } else {
         if (counted > CI_GPUTIME_CLIP * k->shortest_ns)
             counted = CI_GPUTIME_CLIP * k->shortest_ns;
@@ -122,13 +152,8 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
             k->shortest_ns += (ns < 2.0 * k->shortest_ns ? ns - k->shortest_ns : k->shortest_ns) /
                               CI_GPUTIME_DRIFT;
     }
-    /* At full load the key's speed is its full-load speed. NVML says so only after the
-     * fact, so the card may already run faster when the flag is still on: a slower
-     * (longer) duration is taken at once, a faster one only slowly. */
-    if (atomic_load_explicit(&ci_gputime_full[dev], memory_order_relaxed))
-        k->full_ns = k->shortest_ns > k->full_ns
-                         ? k->shortest_ns
-                         : k->full_ns - (k->full_ns - k->shortest_ns) / CI_GPUTIME_FULL_DRIFT;
+    k->samples++;
+    ci_gputime_full_load(k, dev);
     double speedup = k->full_ns > k->shortest_ns ? k->full_ns / k->shortest_ns : 1.0;
     if (speedup > CI_GPUTIME_MAX_SPEEDUP)
         speedup = CI_GPUTIME_MAX_SPEEDUP;
@@ -199,7 +224,8 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
                       ci_hook_id ptsz_id, const void *fn, uint64_t cost, bool graph)
 {
     if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
-        (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0 || dev < 0 || dev >= CI_MAX_DEVICES)
+        (!graph && (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0) || dev < 0 ||
+        dev >= CI_MAX_DEVICES)
         return false;
     uint64_t now = ci_now_ns();
     uint64_t next = atomic_load_explicit(&ci_gputime_next_ns, memory_order_relaxed);
