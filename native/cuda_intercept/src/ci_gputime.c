@@ -32,7 +32,8 @@
  * the host's launch latency. A graph launch is timed into an idle stream too: a
  * graph is many kernels, against which the latency (microseconds) is small, and a
  * loop that replays one graph per synchronisation never has a busy stream. Graph
- * launches are few, so each is a candidate (kernels: every 16th, to spare the clock). A stream being captured into a graph is never
+ * launches are few, so each is a candidate (kernels: every 16th, to spare the clock,
+ * but every one in the short windows that learn the full-load speed). A stream being captured into a graph is never
  * touched. Another context's time slice falling between the two events
  * inflates a sample; each (function, grid) key keeps its shortest recent
  * duration, and a sample counts at most CI_GPUTIME_CLIP times that.
@@ -74,10 +75,11 @@ static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
 static struct ci_gputime_key ci_gputime_keys[CI_GPUTIME_KEYS];
 static atomic_flag ci_gputime_polling = ATOMIC_FLAG_INIT;
 static _Atomic int ci_gputime_enabled;
+static _Atomic int ci_gputime_every; /* every launch is a candidate, not every 16th */
 static _Atomic uint64_t ci_gputime_next_ns;
 static struct {
     _Atomic uint64_t period;    /* the monitor's control period, from 1 */
-    _Atomic uint64_t confirmed; /* the last period seen at full load and followed by one */
+    _Atomic uint64_t confirmed; /* bit p % 64: period p was at full load, and so was p + 1 */
     _Atomic int full;           /* the current period is believed at full load */
 } ci_gputime_load[CI_MAX_DEVICES];
 static struct {
@@ -86,8 +88,9 @@ static struct {
 /* Initial-exec TLS: the library is preloaded, and needs nothing from ld.so. */
 static __thread unsigned ci_gputime_gate __attribute__((tls_model("initial-exec")));
 
-void ci_gputime_enable(bool on)
+void ci_gputime_enable(bool on, bool every_launch)
 {
+    atomic_store_explicit(&ci_gputime_every, every_launch ? 1 : 0, memory_order_relaxed);
     atomic_store_explicit(&ci_gputime_enabled, on ? 1 : 0, memory_order_relaxed);
 }
 
@@ -96,8 +99,11 @@ void ci_gputime_set_full_load(int dev, bool full)
     if (dev < 0 || dev >= CI_MAX_DEVICES)
         return;
     uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
+    uint64_t bit = 1ull << (period % 64);
     if (full && atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed))
-        atomic_store_explicit(&ci_gputime_load[dev].confirmed, period, memory_order_relaxed);
+        atomic_fetch_or_explicit(&ci_gputime_load[dev].confirmed, bit, memory_order_relaxed);
+    else
+        atomic_fetch_and_explicit(&ci_gputime_load[dev].confirmed, ~bit, memory_order_relaxed);
     atomic_store_explicit(&ci_gputime_load[dev].full, full ? 1 : 0, memory_order_relaxed);
     atomic_store_explicit(&ci_gputime_load[dev].period, period + 1, memory_order_relaxed);
 }
@@ -107,8 +113,13 @@ static void ci_gputime_full_load(struct ci_gputime_key *k, int dev)
 {
     uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
     uint64_t confirmed = atomic_load_explicit(&ci_gputime_load[dev].confirmed, memory_order_relaxed);
-    if (k->pending_period != 0 && k->pending_period <= confirmed)
+    uint64_t p = k->pending_period;
+    if (p != 0 && p < period && period - p < 64 && (confirmed >> (p % 64) & 1)) {
+        if (k->full_ns != k->pending_ns)
+            ci_debug("dev %d: key %016llx runs %.0f ns at full load (now %.0f ns)", dev,
+                     (unsigned long long)k->key, k->pending_ns, k->shortest_ns);
         k->full_ns = k->pending_ns; /* its period was followed by another at full load */
+    }
     if (k->pending_period != 0 && k->pending_period < period)
         k->pending_period = 0; /* decided: taken, or dropped */
     if (atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed) &&
@@ -224,8 +235,9 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
                       ci_hook_id ptsz_id, const void *fn, uint64_t cost, bool graph)
 {
     if (CI_LIKELY(!atomic_load_explicit(&ci_gputime_enabled, memory_order_relaxed)) ||
-        (!graph && (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0) || dev < 0 ||
-        dev >= CI_MAX_DEVICES)
+        (!graph && (++ci_gputime_gate & CI_GPUTIME_GATE_MASK) != 0 &&
+         !atomic_load_explicit(&ci_gputime_every, memory_order_relaxed)) ||
+        dev < 0 || dev >= CI_MAX_DEVICES)
         return false;
     uint64_t now = ci_now_ns();
     uint64_t next = atomic_load_explicit(&ci_gputime_next_ns, memory_order_relaxed);

@@ -372,8 +372,9 @@ int64_t ci_tokens_available(int dev);
 void ci_tokens_reset(void);
 
 /* ---- ci_gputime.c -------------------------------------------------------- */
-/* Sampling of launch GPU time, on while a compute limit is active. */
-void ci_gputime_enable(bool on);
+/* Sampling of launch GPU time, on while a compute limit is active and in the windows that
+ * learn the full-load speed (`every_launch`: each launch a candidate, not every 16th). */
+void ci_gputime_enable(bool on, bool every_launch);
 struct ci_gputime_probe {
     struct ci_gputime_sample *sample;
     CUstream stream;

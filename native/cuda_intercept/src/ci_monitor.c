@@ -275,6 +275,8 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         m->full_load = n > 0 && others == 0 && ci_nvml_device_util(dev, &device) == 0 &&
                        device >= CI_MONITOR_FULL_LOAD;
         ci_gputime_set_full_load(dev, m->full_load);
+        ci_debug("dev %d: device %.0f%% busy, %d samples of others: full load %d", dev, device,
+                 others, m->full_load);
     }
     if (n == -1)
         return;
@@ -338,7 +340,8 @@ static void ci_monitor_sampling(int count, unsigned period)
     for (int d = 0; d < count; d++)
         full |= ci_monitor_devs[d].full_load;
     bool reference = full && period % CI_MONITOR_REFERENCE_EVERY < CI_MONITOR_REFERENCE_PERIODS;
-    ci_gputime_enable(ci_region_compute_percent() < 100 || reference);
+    bool limited = ci_region_compute_percent() < 100;
+    ci_gputime_enable(limited || reference, reference && !limited);
 }
 
 static void *ci_monitor_main(void *arg)

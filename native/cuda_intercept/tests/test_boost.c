@@ -13,8 +13,8 @@
  * limit was held in work, on a card that did run faster.
  *
  * "start-limited": the limit holds from the first launch; NVML shows the card full
- * only after the controller's unthrottled first window, when the card already
- * clocks up, so the full-load speed is partly known: the workload gets at least its
+ * only for the controller's unthrottled first window, which the next one does not
+ * confirm, so the full-load speed is not learnt: the workload gets at least its
  * limit in work (within 2 points) and at most its limit in time. "never-full": NVML never reports the card at full load (FAKENVML_UTIL=60),
  * so no kernel's full-load speed is known: the limit stays a share of the time (the
  * card's busy time within 2 points of TARGET) and the work done is more, as documented.
