@@ -4,8 +4,11 @@ its tier dies while it is read."""
 
 from __future__ import annotations
 
+import gc
 import pickle
 import random
+import threading
+import time
 
 import fsspec
 import pytest
@@ -158,6 +161,7 @@ def test_fsspec_and_map_style_samples_read_the_same_bytes(server_url, data):
         f.seek(MIB - 10)
         assert f.read(20) == files["train/part-002.bin"][MIB - 10:MIB + 10]
     assert fs.cat_file("small/part-003.bin", -100) == files["small/part-003.bin"][-100:]
+    fs.close()
 
     samples = CachedSamples("ds", tier_url=url, prefix="t", transform=len)
     clone = pickle.loads(pickle.dumps(samples))  # as a DataLoader worker gets it
@@ -165,3 +169,49 @@ def test_fsspec_and_map_style_samples_read_the_same_bytes(server_url, data):
     samples.close()
     clone.close()
     assert loader_options(workers=2)["persistent_workers"] is True
+
+
+def test_a_reader_dropped_without_close_ends_its_lease(redis_node, data):
+    """A reader nobody closes must not renew its lease for ever (its data set could never be
+    evicted, its thread would outlive every server it talked to): once collected, its
+    thread ends and the lease runs out."""
+    root, _ = data
+    url = redis_node().url
+    tier = tier_of(url)
+    hydrate_directly(tier, "ds", f"file://{root}", only=4, phase="hydrating")
+    reader = DatasetReader("ds", tier_url=url, prefix="t", lease_seconds=1.0)
+    thread = reader._leasing
+    assert thread is not None and thread.is_alive() and tier.readers("ds") == 1
+    time.sleep(1.5)  # renewed meanwhile: still in use
+    assert tier.readers("ds") == 1
+    del reader
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    deadline = time.monotonic() + 10
+    while tier.readers("ds") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tier.readers("ds") == 0
+
+
+def test_a_tier_address_answered_by_another_server_reads_from_the_source(nats_server, redis_node, data):
+    """The tier's address reached a server that is not Redis (here a nats-server, as when a
+    stopped Redis's port is taken by another): every read comes from the source, the lease
+    renewals fail quietly, and nothing escapes on the reader's threads."""
+    root, files = data
+    url = redis_node().url
+    hydrate_directly(tier_of(url), "ds", f"file://{root}", only=None, phase="ready")
+    wrong = f"redis://127.0.0.1:{nats_server.port}/0"
+    errors: list[BaseException] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        with DatasetReader("ds", tier_url=wrong, prefix="t", source=f"file://{root}",
+                           lease_seconds=0.3, breaker_seconds=0.0) as reader:
+            for path in reader.files():
+                assert reader.read(path) == files[path], path
+            assert reader.stats.hits == 0 and reader.stats.tier_errors >= 1
+            time.sleep(0.5)  # a renewal or two against the wrong server
+    finally:
+        threading.excepthook = hook
+    assert errors == []

@@ -25,6 +25,10 @@ class DatasetFileSystem(AbstractFileSystem):
         super().__init__()
         self.reader = reader or DatasetReader(dataset, **reader_options)
 
+    def close(self) -> None:
+        """Closes the reader: its threads end and its lease is given back."""
+        self.reader.close()
+
     @classmethod
     def _strip_protocol(cls, path: str) -> str:
         path = path[len("alnair://"):] if path.startswith("alnair://") else path

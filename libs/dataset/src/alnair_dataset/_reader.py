@@ -21,6 +21,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -183,8 +184,11 @@ class DatasetReader:
         self._leasing: threading.Thread | None = None
         if self._known:
             self._renew()
-            self._leasing = threading.Thread(target=self._keep_lease, daemon=True,
-                                             name=f"alnair-lease-{self.name}")
+            # The thread holds the reader weakly: a reader dropped without close() is
+            # collected, its thread ends and its lease runs out, instead of both living on.
+            self._leasing = threading.Thread(target=_keep_lease,
+                                             args=(weakref.ref(self), self._closed, lease_seconds / 3),
+                                             daemon=True, name=f"alnair-lease-{self.name}")
             self._leasing.start()
         self._files: dict[str, SourceFile] = {}
         if meta.get("phase") == "ready" and self._manifest:
@@ -340,11 +344,6 @@ class DatasetReader:
         except TierUnavailableError:
             self._trip()
 
-    def _keep_lease(self) -> None:
-        """While open, the data set is in use: the hydrator will not evict it."""
-        while not self._closed.wait(self._lease_seconds / 3):
-            self._renew()
-
     def _trip(self) -> None:
         with self.stats._lock:
             self.stats.tier_errors += 1
@@ -375,3 +374,13 @@ class DatasetReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _keep_lease(reader: weakref.ref[DatasetReader], closed: threading.Event, every: float) -> None:
+    """While the reader is open, its data set is in use: the hydrator will not evict it."""
+    while not closed.wait(every):
+        alive = reader()
+        if alive is None:
+            return  # dropped without close(): the lease runs out by itself
+        alive._renew()
+        del alive

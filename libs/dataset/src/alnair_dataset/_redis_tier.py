@@ -108,8 +108,9 @@ READER_COMMANDS = ("+get", "+hget", "+hgetall", "+time", "+ping", "+select", "+c
 # The longest lease a reader may take (DatasetReader's lease_seconds: 30 by default).
 MAX_LEASE_SECONDS = 3600.0
 
+# InvalidResponse: what answers is not a Redis server (its port reused by another server).
 REDIS_ERRORS = (redis_py.ConnectionError, redis_py.TimeoutError, redis_py.ResponseError,
-                redis_py.exceptions.RedisClusterException,
+                redis_py.exceptions.InvalidResponse, redis_py.exceptions.RedisClusterException,
                 redis_py.exceptions.ClusterError, redis_py.exceptions.ClusterDownError,
                 redis_py.exceptions.SlotNotCoveredError, OSError)
 
