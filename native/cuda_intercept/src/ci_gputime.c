@@ -21,8 +21,8 @@
  *
  * The full-load duration is the key's shortest duration at the end of a control
  * period the monitor saw at full load (at least CI_MONITOR_FULL_LOAD busy with no
- * other process on it; ci_gputime_set_full_load), once the key has
- * CI_GPUTIME_FULL_MIN_SAMPLES samples. NVML tells that only after the fact, so a
+ * other process on it and no compute limit active; ci_gputime_set_full_load), once
+ * the key has CI_GPUTIME_FULL_MIN_SAMPLES samples. NVML tells that only after the fact, so a
  * period's value is kept pending and taken only when the next period is seen at full
  * load too: the period in which a limit began (the card already clocking up while
  * the last window still read full) is dropped.

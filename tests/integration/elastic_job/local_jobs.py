@@ -121,6 +121,20 @@ class Platform:
             return r if ok else None
         return probe
 
+    def wait_running(self, name: str, n: int, *, timeout: float, what: str, after_step: int = 0,
+                     restarts: int = 0) -> job_pb2.TrainingJobRecord:
+        """:meth:`running_with` waited for; a timeout says where the job was instead (its
+        phase, reason and message, and every (phase, world size) it went through)."""
+        try:
+            return wait_until(self.running_with(name, n, after_step=after_step, restarts=restarts),
+                              timeout=timeout, interval=0.5, what=what)
+        except TimeoutError as e:
+            r = self.record(name)
+            where = ("no record" if r is None else
+                     f"phase {P.JobPhase.Name(r.state.phase)} ({r.state.reason}: {r.state.message}), "
+                     f"{r.state.replicas} workers, step {r.step}, {r.state.restarts} restarts")
+            raise TimeoutError(f"{e}; the job: {where}; transitions {self.transitions(name)}") from None
+
     def finished(self, name: str, timeout: float) -> job_pb2.TrainingJobRecord:
         def probe() -> job_pb2.TrainingJobRecord | None:
             r = self.record(name)
@@ -145,8 +159,8 @@ class Platform:
         host = self.rendezvous_host_pid(name)
         assert host is not None, "no running rendezvous host found"
         os.kill(host, signal.SIGKILL)
-        wait_until(self.running_with(name, world, restarts=restarts), timeout=120, interval=0.5,
-                   what="the job Running again after its rendezvous host was killed")
+        self.wait_running(name, world, restarts=restarts, timeout=120,
+                          what="the job Running again after its rendezvous host was killed")
         assert P.JOB_PHASE_RECOVERING in [p for p, _ in self.transitions(name)]
         assert self.rendezvous_host_pid(name) not in (None, host)
 

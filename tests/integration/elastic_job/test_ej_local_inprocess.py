@@ -43,16 +43,16 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
     with local_platform(tmp_path, "sim:3x80") as platform:
         platform.submit("warm", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=2, max_replicas=3,
                         restarts=4, launcher="torch-inprocess")
-        first = wait_until(platform.running_with("warm", 3, after_step=10), timeout=120, interval=0.5,
-                           what="the job Running with 3 workers, past step 10")
+        first = platform.wait_running("warm", 3, after_step=10, timeout=120,
+                                      what="the job Running with 3 workers, past step 10")
         pids = {w.uid: platform.worker_pid(w.uid) for w in first.state.workers}
         victim = first.state.workers[0].uid
         survivors = {pid for uid, pid in pids.items() if uid != victim}
         killed_at = time.time()
         os.kill(pids[victim], signal.SIGKILL)  # the trainer itself: a crashed node
 
-        recovered = wait_until(platform.running_with("warm", 3, restarts=1), timeout=90, interval=0.5,
-                               what="the job Running again with 3 workers")
+        recovered = platform.wait_running("warm", 3, restarts=1, timeout=90,
+                                          what="the job Running again with 3 workers")
         assert victim not in {w.uid for w in recovered.state.workers}
         after_kill = platform.transitions("warm")
         assert (P.JOB_PHASE_SCALING, 2) in after_kill, after_kill
@@ -67,8 +67,8 @@ def test_a_killed_worker_costs_its_peers_one_step_not_their_processes(tmp_path: 
         # others regroup without a failed collective, and it exits 0 (no failure counted).
         scaled = platform.cli("job", "scale", "warm", "2")
         assert scaled.returncode == 0, scaled.stderr
-        shrunk = wait_until(platform.running_with("warm", 2), timeout=90, interval=0.5,
-                            what="the job Running with 2 after `alnair job scale warm 2`")
+        shrunk = platform.wait_running("warm", 2, timeout=90,
+                                       what="the job Running with 2 after `alnair job scale warm 2`")
         assert shrunk.state.restarts == 1
         left = set(pids) | {w.uid for w in recovered.state.workers}
         left -= {w.uid for w in shrunk.state.workers}

@@ -31,14 +31,14 @@ def test_a_killed_worker_and_a_killed_rendezvous_host_are_recovered_from_the_che
     with local_platform(tmp_path, "sim:3x80") as platform:
         platform.submit("linreg", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=2,
                         max_replicas=3, restarts=4)
-        first = wait_until(platform.running_with("linreg", 3, after_step=10), timeout=120, interval=0.5,
-                           what="the job Running with 3 workers, past step 10")
+        first = platform.wait_running("linreg", 3, after_step=10, timeout=120,
+                                      what="the job Running with 3 workers, past step 10")
         victim = first.state.workers[0].uid
         killed_at, step_at_kill = time.monotonic(), first.step
         os.kill(platform.worker_pid(victim), signal.SIGKILL)  # the worker's torchrun: a crashed node
 
-        recovered = wait_until(platform.running_with("linreg", 3, restarts=1), timeout=90, interval=0.5,
-                               what="the job Running again with 3 workers")
+        recovered = platform.wait_running("linreg", 3, restarts=1, timeout=90,
+                                          what="the job Running again with 3 workers")
         assert victim not in {w.uid for w in recovered.state.workers}
         assert recovered.state.restarts == 1
         # The survivors went on without a restart of the job: Rescaling with 2, then a round
@@ -70,23 +70,22 @@ def test_the_job_grows_when_capacity_frees_and_shrinks_by_command(tmp_path: Path
         try:
             platform.submit("grow", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=1,
                             max_replicas=3, compute=20)
-            wait_until(platform.running_with("grow", 2, after_step=5), timeout=120, interval=0.5,
-                       what="the job Running with the 2 workers that fit beside the blocker")
+            platform.wait_running("grow", 2, after_step=5, timeout=120,
+                                  what="the job Running with the 2 workers that fit beside the blocker")
             # Ended here, not by a timer: on a busy machine a timed blocker could end before
             # the job started, which would then never run with 2.
             platform.release(blocker)
         finally:
             blocker.kill()
-        grown = wait_until(platform.running_with("grow", 3), timeout=90, interval=0.5,
-                           what="the job grown to 3 once the blocker ended")
+        grown = platform.wait_running("grow", 3, timeout=90, what="the job grown to 3 once the blocker ended")
         assert grown.state.restarts == 0  # a scale-up is no failure
         wait_until(lambda: (log := steps(ckpt)) and log[-1][1] == 3, timeout=60, interval=0.2,
                    what="a training step with a world of 3")
 
         scaled = platform.cli("job", "scale", "grow", "1")
         assert scaled.returncode == 0, scaled.stderr
-        wait_until(platform.running_with("grow", 1), timeout=90, interval=0.5,
-                   what="the job Running with 1 worker after `alnair job scale grow 1`")
+        platform.wait_running("grow", 1, timeout=90,
+                              what="the job Running with 1 worker after `alnair job scale grow 1`")
         done = platform.finished("grow", timeout=240)
         assert done.state.phase == P.JOB_PHASE_SUCCEEDED, done.state.message
         assert steps(ckpt)[-1][1] == 1
@@ -103,13 +102,12 @@ def test_whole_gpu_workers_get_a_card_each_and_grow_when_one_frees(tmp_path: Pat
         try:
             platform.submit("whole", ckpt=ckpt, steps=total, step_sleep=0.1, min_replicas=1, max_replicas=2,
                             whole_gpu=True)
-            wait_until(platform.running_with("whole", 1, after_step=5), timeout=120, interval=0.5,
-                       what="the job Running with the 1 worker whose card is untouched")
+            platform.wait_running("whole", 1, after_step=5, timeout=120,
+                                  what="the job Running with the 1 worker whose card is untouched")
             platform.release(blocker)
         finally:
             blocker.kill()
-        wait_until(platform.running_with("whole", 2), timeout=90, interval=0.5,
-                   what="the job grown to 2 once the blocker's card was free")
+        platform.wait_running("whole", 2, timeout=90, what="the job grown to 2 once the blocker's card was free")
         rows = json.loads(platform.cli("ps", "--json").stdout)
         workers = [r for r in rows if r["name"].startswith("whole-") and r["state"] == "running"]
         assert len(workers) == 2, rows
