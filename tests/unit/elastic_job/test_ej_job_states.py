@@ -166,6 +166,43 @@ def test_refusals_that_cannot_end_the_gang_change_nothing() -> None:
         "a running job goes on with its world"
 
 
+def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_it() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b", "c")
+    r(WorkerExited("c", 1))
+    r(WorkersPlaced(frozenset("d")))  # the replacement, which the scheduler then gives up on
+    s = r(WorkerRefused("d", "bind-failed", "binding failed 3 times"))
+    assert (s.phase, s.target, s.alive, s.restarts) == (Phase.RESCALING, 2, frozenset("ab"), 1)
+    assert "refused worker d (bind-failed: binding failed 3 times)" in s.message
+    assert r(RendezvousComplete(frozenset("ab"), r.s.heard_round + 1)).world == frozenset("ab")
+    r(WorkerExited("a", 0))
+    s = r(WorkerExited("b", 0))
+    assert (s.phase, s.succeeded) == (Phase.SUCCEEDED, 2), "it waited for the refused worker"
+    assert r(WorkerExited("d", None)) is s, "a late report of the refused worker changes nothing"
+
+
+def test_a_refused_worker_to_grow_by_leaves_the_world_training() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b")
+    r(CapacityChanged(3))
+    assert r(WorkersPlaced(frozenset("c"))).phase is Phase.RESCALING
+    s = r(WorkerRefused("c", "bind-failed", "node gone"))
+    assert (s.phase, s.reason, s.world, s.target, s.restarts) == (Phase.RUNNING, "Training",
+                                                                   frozenset("ab"), 2, 0)
+    assert r(CapacityChanged(3)).target == 3, "the next grant asks again"
+
+
+def test_a_refusal_that_leaves_fewer_than_min_restarts_the_job() -> None:
+    r = Run(job(2, 3))
+    r.running("a", "b")
+    r(CapacityChanged(3))
+    r(WorkersPlaced(frozenset("c")))
+    r(WorkerExited("a", 1))  # b and the newcomer c are to meet
+    s = r(WorkerRefused("c", "bind-failed", "node gone"))
+    assert (s.phase, s.reason, s.restarts, s.stopping) == (Phase.RECOVERING, "WorkerRefused", 2,
+                                                           frozenset("b"))
+
+
 def test_scale_commands_move_within_min_and_max_only() -> None:
     r = Run(job(2, 4))
     r.running("a", "b", "c", "d")

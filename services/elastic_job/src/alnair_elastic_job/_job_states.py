@@ -76,8 +76,8 @@ TABLE: dict[Phase, PhaseInfo] = {
         "Recovering (Stalled), one restart used; Completing: Succeeded, the stragglers stopped"),
     Phase.RESCALING: PhaseInfo(
         "changing the world size: workers added or stopped, the rest meet in a new rendezvous",
-        ("rendezvous-complete", "workers-placed", "worker-started", "worker-exited", "capacity",
-         *_ALWAYS),
+        ("rendezvous-complete", "workers-placed", "worker-started", "worker-exited",
+         "worker-refused", "capacity", *_ALWAYS),
         "spec.deadlines.rendezvousTimeoutSeconds", "Recovering (RendezvousTimeout), one restart used"),
     Phase.RECOVERING: PhaseInfo(
         "a worker failed: every worker is stopped and the job waits its restart back-off",

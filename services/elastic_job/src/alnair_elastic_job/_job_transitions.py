@@ -81,12 +81,31 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
 
 def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -> JobStatus:
     """A gang being scheduled that the scheduler can never complete fails at once, with the
-    scheduler's reason. A running or rescaling job goes on with the world it has (a refused
-    replacement leaves Rescaling by its rendezvous timeout)."""
-    if (s.phase is not Phase.SCHEDULING or event.code in GANG_REFUSALS
-            or event.worker in s.stopping | s.ended
+    scheduler's reason. A running or rescaling elastic job drops the refused worker (a
+    replacement, or one it grew by) and goes on with the workers it has: its target becomes
+    their number, so it neither waits for the refused one to meet or to finish nor asks for
+    it again until the next grant (the scheduler would refuse the same request again)."""
+    if (event.code in GANG_REFUSALS or event.worker in s.stopping | s.ended
             or event.rendezvous_id not in ("", rendezvous_id(job, s))):
         return s
+    if s.phase is not Phase.SCHEDULING:
+        w = event.worker
+        if not (job.elastic and s.phase in (Phase.RUNNING, Phase.RESCALING)
+                and w in s.alive - s.started):
+            return s  # a started worker was placed: a late or stray refusal
+        gone = replace(s, placed=s.placed - {w}, world=s.world - {w}, heard=s.heard - {w},
+                       ended=s.ended | {w}, target=len(s.alive) - 1)
+        what = f"the scheduler refused worker {w} ({event.code or 'refused'}: {event.reason})"
+        if len(gone.alive) < job.min_replicas:
+            return _restart(job, gone, "WorkerRefused", what, now, event.kind)
+        if _ready(job, gone):
+            return _settle(job, s, gone, now, event.kind)
+        going_on = f"{what}; going on with {len(gone.alive)} workers, asking for more at the next grant"
+        # Growing by it, the world never stopped: with nobody else to wait for, it trains on.
+        # (After a failure the survivors meet anew: Rescaling until their round closes.)
+        if s.reason == "ScalingUp" and gone.world and gone.alive == gone.world:
+            return _move(gone, Phase.RUNNING, "Training", going_on, now, event.kind)
+        return _move(gone, s.phase, s.reason, going_on, now, event.kind)
     return _fail(s, "Unschedulable", f"the scheduler cannot place worker {event.worker} and says "
                  f"retrying cannot help ({event.code or 'refused'}): {event.reason}. Lower the job's "
                  "spec.worker request to what one card has, or add a card that fits, and resubmit",
