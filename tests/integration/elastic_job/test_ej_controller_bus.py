@@ -184,6 +184,49 @@ async def test_a_gang_the_scheduler_refuses_for_good_fails_at_once_with_its_reas
     assert s.cause == "worker-refused"
 
 
+async def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_waiting_for_it(
+        bus: Bus, controller: ej.ElasticJobService) -> None:
+    """A running job loses a worker; the scheduler then refuses the replacement for good. The
+    job goes on with the two survivors (target 2: no new ask until the next grant) and
+    succeeds once they finish, instead of waiting for a worker that will never run."""
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    await bus.subscribe(subjects.wildcard("alnair.cmd.workers.<name>"), job_pb2.WorkerPlan, seen.on_plan)
+    await command(bus, submit=ej.to_proto(JOB))
+    await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+    gang = "default.resnet.1"
+    for uid in "abc":
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND, rendezvous=gang)
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_RUNNING, rendezvous=gang)
+    await wait_for(lambda: _started(controller, 3), what="three workers started")
+    await bus.publish(subjects.job_rendezvous("resnet"),
+                      job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
+    await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
+    await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=137, rendezvous=gang)
+    await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
+    await worker(bus, "d", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
+    await wait_for(lambda: _known(controller, "d"), what="the replacement d known to the controller")
+    await refusal(bus, "d", permanent=True, code="bind-failed")
+    s = await wait_for(lambda: _last_if(seen, lambda s: "refused worker d" in s.message),
+                       what="the refusal of d in the job's state")
+    assert (s.phase, s.target_replicas, s.cause) == (job_pb2.JOB_PHASE_SCALING, 2, "worker-refused")
+    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan after the refusal")
+    assert plan.target == 2
+    await bus.publish(subjects.job_rendezvous("resnet"),
+                      job_pb2.RendezvousRound(name="resnet", round=2, members=list("ac"),
+                                              rendezvous_id=gang))
+    s = await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
+    assert [w.uid for w in s.workers] == ["a", "c"]
+    for uid in "ac":
+        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_SUCCEEDED, code=0, rendezvous=gang)
+    s = await seen.phase(job_pb2.JOB_PHASE_SUCCEEDED, "Succeeded")
+    assert "2 workers finished" in s.message
+
+
+async def _last_if(seen: Observer, ok) -> job_pb2.JobState | None:  # type: ignore[no-untyped-def]
+    return next((s for s in reversed(seen.states) if ok(s)), None)
+
+
 async def _known(service: ej.ElasticJobService, uid: str) -> bool:
     return uid in service._workers  # noqa: SLF001 - what the controller has read so far
 

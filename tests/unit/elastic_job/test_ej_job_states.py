@@ -166,11 +166,13 @@ def test_refusals_that_cannot_end_the_gang_change_nothing() -> None:
         "a running job goes on with its world"
 
 
-def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_it() -> None:
+@pytest.mark.parametrize("bound", [False, True])
+def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_it(bound: bool) -> None:
     r = Run(job(2, 3))
     r.running("a", "b", "c")
     r(WorkerExited("c", 1))
-    r(WorkersPlaced(frozenset("d")))  # the replacement, which the scheduler then gives up on
+    if bound:  # the replacement was bound, then its start failed for good
+        r(WorkersPlaced(frozenset("d")))
     s = r(WorkerRefused("d", "bind-failed", "binding failed 3 times"))
     assert (s.phase, s.target, s.alive, s.restarts) == (Phase.RESCALING, 2, frozenset("ab"), 1)
     assert "refused worker d (bind-failed: binding failed 3 times)" in s.message
@@ -184,11 +186,13 @@ def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_it() -> N
 def test_a_refused_worker_to_grow_by_leaves_the_world_training() -> None:
     r = Run(job(2, 3))
     r.running("a", "b")
-    r(CapacityChanged(3))
-    assert r(WorkersPlaced(frozenset("c"))).phase is Phase.RESCALING
-    s = r(WorkerRefused("c", "bind-failed", "node gone"))
+    assert (r(CapacityChanged(3)).phase, r.s.reason, r.s.target) == (Phase.RESCALING, "ScalingUp", 3)
+    s = r(WorkerRefused("c", "request-exceeds-card", "no card has room"))  # never bound
     assert (s.phase, s.reason, s.world, s.target, s.restarts) == (Phase.RUNNING, "Training",
                                                                    frozenset("ab"), 2, 0)
+    assert "going on with 2 workers" in s.message
+    assert r(WorkerRefused("c", "request-exceeds-card", "again")) is s, "a repeated refusal"
+    assert r(WorkerRefused("x", "bind-failed", "stray")) is s, "nothing is asked for"
     assert r(CapacityChanged(3)).target == 3, "the next grant asks again"
 
 

@@ -81,20 +81,22 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
 
 def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -> JobStatus:
     """A gang being scheduled that the scheduler can never complete fails at once, with the
-    scheduler's reason. A running or rescaling elastic job drops the refused worker (a
-    replacement, or one it grew by) and goes on with the workers it has: its target becomes
-    their number, so it neither waits for the refused one to meet or to finish nor asks for
-    it again until the next grant (the scheduler would refuse the same request again)."""
+    scheduler's reason. A running or rescaling elastic job gives up on the refused worker (a
+    replacement, or one to grow by; pending, or bound and not started) and goes on with the
+    workers it has: its target becomes their number, so the adapters withdraw the refused one
+    and the job neither waits for it (a growing job went on to time out its rendezvous and
+    restart) nor asks for it again before the next grant."""
     if (event.code in GANG_REFUSALS or event.worker in s.stopping | s.ended
             or event.rendezvous_id not in ("", rendezvous_id(job, s))):
         return s
     if s.phase is not Phase.SCHEDULING:
         w = event.worker
-        if not (job.elastic and s.phase in (Phase.RUNNING, Phase.RESCALING)
-                and w in s.alive - s.started):
+        if not (job.elastic and s.phase in (Phase.RUNNING, Phase.RESCALING)) or w in s.started:
             return s  # a started worker was placed: a late or stray refusal
+        if w not in s.placed and s.target <= len(s.alive):
+            return s  # no worker is asked for: nothing to give up on
         gone = replace(s, placed=s.placed - {w}, world=s.world - {w}, heard=s.heard - {w},
-                       ended=s.ended | {w}, target=len(s.alive) - 1)
+                       ended=s.ended | {w}, target=len(s.alive - {w}))
         what = f"the scheduler refused worker {w} ({event.code or 'refused'}: {event.reason})"
         if len(gone.alive) < job.min_replicas:
             return _restart(job, gone, "WorkerRefused", what, now, event.kind)
@@ -281,9 +283,13 @@ def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cau
     if s.phase in (Phase.RECOVERING, Phase.DELETING) or s.completing:
         return _update(before, cause, grant=s.grant, wish=s.wish)
     if target < job.min_replicas:
-        return _move(s, Phase.PENDING, "Preempted", f"the grant fell to {s.grant}, below "
-                     f"minReplicas={job.min_replicas}: workers stopped until capacity returns", now,
-                     cause, stopping=s.placed, world=frozenset(), target=0)
+        # Pending for good reason: the same words a pending job gets, so a redelivered
+        # grant finds nothing to change.
+        reason, message = ("Unschedulable", never_fits) if never_fits else (
+            "Preempted", f"the grant fell to {s.grant}, below minReplicas={job.min_replicas}: "
+            "workers stopped until capacity returns")
+        return _move(s, Phase.PENDING, reason, message, now, cause, stopping=s.placed,
+                     world=frozenset(), target=0)
     if s.phase is Phase.RUNNING and job.elastic and target != len(s.alive):
         up = target > len(s.alive)
         return _retarget_to(s, target, Phase.RESCALING, "ScalingUp" if up else "ScalingDown",
