@@ -52,7 +52,9 @@ async def command(bus: Bus, **action: object) -> None:
     await bus.publish(subjects.job_command("resnet"), cmd, msg_id=cmd.request_id)
 
 
-async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "") -> None:
+async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "",
+                 states: TypedKV[workload_pb2.WorkloadEvent] | None = None) -> None:
+    """The adapter's event for worker ``uid`` (and, with ``states``, its last-state record)."""
     labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"}
     if rendezvous:
         labels[RENDEZVOUS_LABEL] = rendezvous
@@ -61,7 +63,10 @@ async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendez
                               phase=phase, labels=labels)
     if code is not None:
         w.exit_code = code
-    await bus.publish(subjects.workload_events(), workload_pb2.WorkloadEvent(workload=w, source="local-agent@test"))
+    event = workload_pb2.WorkloadEvent(workload=w, source="local-agent@test")
+    if states is not None:
+        await states.put(subjects.token(uid), event)
+    await bus.publish(subjects.workload_events(), event)
 
 
 @pytest.fixture
@@ -355,6 +360,35 @@ async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twic
         assert s.generation > before.generation
         with_gen = [m.generation for m in seen.states]
         assert sorted(set(with_gen)) == list(range(1, s.generation + 1)), "no generation skipped"
+    finally:
+        await _stop(second, task)
+
+
+async def test_a_restarted_controller_matches_a_refusal_of_a_worker_it_read_before(
+        bus: Bus, nats_server: NatsServer) -> None:
+    """The worker events read before a restart are not delivered again, but a pending gang
+    member's refusal still ends its gang at once: the restarted controller knows each live
+    worker's job from the adapters' workload_states records."""
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    states = await TypedKV.open(bus, "workload_states", workload_pb2.WorkloadEvent)
+    gang = "default.resnet.1"
+    first, task = await _start(nats_server.url)
+    try:
+        await command(bus, submit=ej.to_proto(JOB))
+        await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+        for uid, phase in (("a", workload_pb2.WORKLOAD_PHASE_BOUND), ("b", workload_pb2.WORKLOAD_PHASE_BOUND),
+                           ("c", workload_pb2.WORKLOAD_PHASE_PENDING)):
+            await worker(bus, uid, phase, rendezvous=gang, states=states)
+        await wait_for(lambda: _known(first, "c"), what="worker c known to the first controller")
+    finally:
+        await _stop(first, task)
+
+    second, task = await _start(nats_server.url)
+    try:
+        await refusal(bus, "c", permanent=True)
+        s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
+        assert "worker c" in s.message and s.cause == "worker-refused"
     finally:
         await _stop(second, task)
 

@@ -209,8 +209,9 @@ BUCKETS: tuple[BucketSpec, ...] = (
                readers=(*ADAPTERS, "device-plugin", "exporter", "elastic-job")),
     BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
                "a restarted adapter neither repeats nor skips a transition; the cache "
-               "hydrator reads which data sets live workloads name.",
-               writers=ADAPTERS, readers=("scheduler", "cache-hydrator")),
+               "hydrator reads which data sets live workloads name, a restarted elastic-job "
+               "controller which job each live worker belongs to.",
+               writers=ADAPTERS, readers=("scheduler", "cache-hydrator", "elastic-job")),
     BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
                writers=("kube-bridge",), readers=("scheduler",)),
     BucketSpec("leases", "Who leads each replicated service (alnair_common.leadership).",

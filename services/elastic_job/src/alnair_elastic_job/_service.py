@@ -29,7 +29,9 @@ written to the ``training_jobs`` bucket before its JobState is published, and re
 start; a fact redelivered after a crash finds the record already holding it and changes
 nothing (the state machine is idempotent per fact), and the restored jobs' states are
 published again under their old message ids. One controller writes the bucket: replicas
-stand by behind a lease (``leader_elected``).
+stand by behind a lease (``leader_elected``). Which job each live worker belongs to (what a
+refusal, naming only the worker, is matched by) is read back from the adapters'
+``workload_states`` bucket.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from ._state_codec import Submit, command_from_proto, state_to_proto, worker_pla
 from ._worker_events import refusal_input, rendezvous_input, step_input, worker_input, worker_of
 
 _EARLY_REFUSALS = 1024
+WORKLOAD_STATES_BUCKET = "workload_states"
 _LIVE = (workload_pb2.WORKLOAD_PHASE_PENDING, workload_pb2.WORKLOAD_PHASE_BOUND,
          workload_pb2.WORKLOAD_PHASE_RUNNING)
 
@@ -122,6 +125,7 @@ class ElasticJobService(Service):
             self.capacity = await self._watch_capacity()
         self.records = await TypedKV.open(self.bus, BUCKET, job_pb2.TrainingJobRecord)
         await self._restore()
+        await self._restore_workers()
         p = s.consumer_prefix
         for stream, durable, subject, message_type, handler in (
             ("COMMANDS", f"{p}-commands", subjects.wildcard("alnair.cmd.job.<name>"),
@@ -195,6 +199,19 @@ class ElasticJobService(Service):
         await self._publish(restored, store=False)
         self.log.info("training jobs restored", jobs=len(restored))
 
+    async def _restore_workers(self) -> None:
+        """The live workers of every job, from each workload's last state: the events this
+        process read before a restart are not delivered again, and a refusal of such a worker
+        (a gang member still pending) must find its job, not wait for a worker event that may
+        never come."""
+        assert self.bus is not None
+        states = await TypedKV.open(self.bus, WORKLOAD_STATES_BUCKET, workload_pb2.WorkloadEvent)
+        for event in (await states.current()).values():
+            worker = worker_of(event.workload)
+            if worker is not None and event.workload.phase in _LIVE:
+                self._workers.setdefault(event.workload.ref.uid, worker)
+        self.log.info("job workers restored", workers=len(self._workers))
+
     async def _loop(self, every: float) -> None:
         while not self._stop.is_set():
             async with self._lock:
@@ -245,9 +262,8 @@ class ElasticJobService(Service):
             await self._on_refusal("", early)
 
     async def _on_refusal(self, _: str, f: scheduling_pb2.SchedulingFailure) -> None:
-        """A permanent refusal of a live worker of a job → its job's input. The worker map is
-        what this process has read: after a restart, a refusal of a worker whose events were
-        read before it stays unmatched, and that gang ends at its scheduling timeout instead."""
+        """A permanent refusal of a live worker of a job → its job's input (one whose worker
+        event has not been read yet is kept until it is)."""
         if not f.permanent or not f.workload.uid:
             return
         worker = self._workers.get(f.workload.uid)
