@@ -393,6 +393,26 @@ async def test_a_restarted_controller_matches_a_refusal_of_a_worker_it_read_befo
         await _stop(second, task)
 
 
+async def test_a_refusal_read_before_its_worker_event_finds_the_worker_in_its_record(
+        bus: Bus, controller: ej.ElasticJobService) -> None:
+    """The refusal and the worker's event come on different streams; when the refusal is read
+    first, the adapter's workload_states record (written with the event) names the job."""
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    states = await TypedKV.open(bus, "workload_states", workload_pb2.WorkloadEvent)
+    await command(bus, submit=ej.to_proto(JOB))
+    await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+    gang = "default.resnet.1"
+    labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default", RENDEZVOUS_LABEL: gang}
+    record = workload_pb2.WorkloadEvent(source="local-agent@test", workload=workload_pb2.Workload(
+        ref=common_pb2.WorkloadRef(uid="c", name="resnet-c", namespace="local", mode=common_pb2.MODE_LOCAL),
+        phase=workload_pb2.WORKLOAD_PHASE_PENDING, labels=labels))
+    await states.put("c", record)  # its event not published (yet)
+    await refusal(bus, "c", permanent=True)
+    s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
+    assert "worker c" in s.message and not await _early(controller, "c")
+
+
 async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus, nats_server: NatsServer) -> None:
     """Two cards in node_inventory, one of them fully committed to another workload in
     gpu_allocations: one free card is less than the job's min of 2, so it waits …"""

@@ -117,6 +117,7 @@ class ElasticJobService(Service):
         # Permanent refusals that came before their worker's first event (the two arrive on
         # different streams), by uid, oldest dropped first beyond _EARLY_REFUSALS.
         self._early: OrderedDict[str, scheduling_pb2.SchedulingFailure] = OrderedDict()
+        self._states: TypedKV[workload_pb2.WorkloadEvent]  # the adapters' last states (setup)
 
     async def setup(self) -> None:
         s: ElasticJobSettings = self.settings  # type: ignore[assignment]
@@ -205,7 +206,8 @@ class ElasticJobService(Service):
         (a gang member still pending) must find its job, not wait for a worker event that may
         never come."""
         assert self.bus is not None
-        states = await TypedKV.open(self.bus, WORKLOAD_STATES_BUCKET, workload_pb2.WorkloadEvent)
+        self._states = states = await TypedKV.open(self.bus, WORKLOAD_STATES_BUCKET,
+                                                   workload_pb2.WorkloadEvent)
         for event in (await states.current()).values():
             worker = worker_of(event.workload)
             if worker is not None and event.workload.phase in _LIVE:
@@ -262,11 +264,12 @@ class ElasticJobService(Service):
             await self._on_refusal("", early)
 
     async def _on_refusal(self, _: str, f: scheduling_pb2.SchedulingFailure) -> None:
-        """A permanent refusal of a live worker of a job → its job's input (one whose worker
-        event has not been read yet is kept until it is)."""
+        """A permanent refusal of a live worker of a job → its job's input. A worker whose
+        event has not been read yet is looked up in its adapter's record (written just after
+        the event), else the refusal is kept until the event comes."""
         if not f.permanent or not f.workload.uid:
             return
-        worker = self._workers.get(f.workload.uid)
+        worker = self._workers.get(f.workload.uid) or await self._recorded_worker(f.workload.uid)
         if worker is None:
             self._early[f.workload.uid] = f
             while len(self._early) > _EARLY_REFUSALS:
@@ -275,6 +278,12 @@ class ElasticJobService(Service):
         self.log.info("worker refused by the scheduler", job=worker[0], worker=f.workload.uid,
                       code=f.code, reason=f.reason)
         await self._apply(*refusal_input(f, worker))
+
+    async def _recorded_worker(self, uid: str) -> tuple[str, str] | None:
+        found = await self._states.get(subjects.token(uid))
+        if found is None or found.value.workload.phase not in _LIVE:
+            return None
+        return worker_of(found.value.workload)
 
     async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:
         await self._apply(*rendezvous_input(subjects.name_of(subject.split(".")[2]), r))
