@@ -18,7 +18,7 @@ from alnair.v1 import common_pb2, job_pb2, platform_pb2, scheduling_pb2, workloa
 from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
-from alnair_lifecycle import RENDEZVOUS_LABEL
+from alnair_lifecycle import RENDEZVOUS_LABEL, STATES_BUCKET, state_key
 
 JOB = ej.TrainingJob("resnet", ("python", "train.py"), 2, 3, ej.WorkerRequest(whole_gpus=1))
 CARDS = [ej.FreeCard("node1", f"GPU-{i}", 80) for i in range(3)]
@@ -52,9 +52,8 @@ async def command(bus: Bus, **action: object) -> None:
     await bus.publish(subjects.job_command("resnet"), cmd, msg_id=cmd.request_id)
 
 
-async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "",
-                 states: TypedKV[workload_pb2.WorkloadEvent] | None = None) -> None:
-    """The adapter's event for worker ``uid`` (and, with ``states``, its last-state record)."""
+def worker_event(uid: str, phase: int, code: int | None = None, rendezvous: str = "") -> workload_pb2.WorkloadEvent:
+    """What an adapter publishes (and records) for worker ``uid`` of job resnet."""
     labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"}
     if rendezvous:
         labels[RENDEZVOUS_LABEL] = rendezvous
@@ -63,9 +62,15 @@ async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendez
                               phase=phase, labels=labels)
     if code is not None:
         w.exit_code = code
-    event = workload_pb2.WorkloadEvent(workload=w, source="local-agent@test")
+    return workload_pb2.WorkloadEvent(workload=w, source="local-agent@test")
+
+
+async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "",
+                 states: TypedKV[workload_pb2.WorkloadEvent] | None = None) -> None:
+    """The adapter's event for worker ``uid`` (and, with ``states``, its last-state record)."""
+    event = worker_event(uid, phase, code, rendezvous)
     if states is not None:
-        await states.put(subjects.token(uid), event)
+        await states.put(state_key(uid), event)
     await bus.publish(subjects.workload_events(), event)
 
 
@@ -371,7 +376,7 @@ async def test_a_restarted_controller_matches_a_refusal_of_a_worker_it_read_befo
     worker's job from the adapters' workload_states records."""
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    states = await TypedKV.open(bus, "workload_states", workload_pb2.WorkloadEvent)
+    states = await TypedKV.open(bus, STATES_BUCKET, workload_pb2.WorkloadEvent)
     gang = "default.resnet.1"
     first, task = await _start(nats_server.url)
     try:
@@ -399,15 +404,11 @@ async def test_a_refusal_read_before_its_worker_event_finds_the_worker_in_its_re
     first, the adapter's workload_states record (written with the event) names the job."""
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    states = await TypedKV.open(bus, "workload_states", workload_pb2.WorkloadEvent)
+    states = await TypedKV.open(bus, STATES_BUCKET, workload_pb2.WorkloadEvent)
     await command(bus, submit=ej.to_proto(JOB))
     await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
-    gang = "default.resnet.1"
-    labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default", RENDEZVOUS_LABEL: gang}
-    record = workload_pb2.WorkloadEvent(source="local-agent@test", workload=workload_pb2.Workload(
-        ref=common_pb2.WorkloadRef(uid="c", name="resnet-c", namespace="local", mode=common_pb2.MODE_LOCAL),
-        phase=workload_pb2.WORKLOAD_PHASE_PENDING, labels=labels))
-    await states.put("c", record)  # its event not published (yet)
+    record = worker_event("c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous="default.resnet.1")
+    await states.put(state_key("c"), record)  # its event not published (yet)
     await refusal(bus, "c", permanent=True)
     s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
     assert "worker c" in s.message and not await _early(controller, "c")

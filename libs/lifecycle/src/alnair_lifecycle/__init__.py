@@ -8,7 +8,8 @@ job's workers, and ``rendezvous_host.py`` is the c10d host both run outside the 
 """
 
 from ._phases import PHASE_NAMES, TERMINAL, is_after, phase_name, rank
-from ._publisher import LifecyclePublisher
+from ._publisher import BUCKET as STATES_BUCKET
+from ._publisher import LifecyclePublisher, state_key
 from ._retention import Retention, expired, forget_expired, observed_at
 from ._worker_plans import (
     JOB_LABEL,
@@ -23,7 +24,7 @@ from ._worker_plans import (
     worker_labels,
 )
 
-__all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "PROGRESS_ENV", "RENDEZVOUS_LABEL", "TERMINAL",
-           "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV", "expired", "forget_expired", "is_after",
-           "observed_at", "phase_name", "plan_changes", "rank", "worker_command", "worker_env",
-           "worker_labels"]
+__all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "PROGRESS_ENV", "RENDEZVOUS_LABEL",
+           "STATES_BUCKET", "TERMINAL", "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV",
+           "expired", "forget_expired", "is_after", "observed_at", "phase_name", "plan_changes", "rank",
+           "state_key", "worker_command", "worker_env", "worker_labels"]

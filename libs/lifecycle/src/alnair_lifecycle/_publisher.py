@@ -25,7 +25,7 @@ from alnair_common import Bus, RevisionConflictError, TemporaryError, TypedKV, g
 
 from ._phases import is_after, phase_name, rank
 
-BUCKET = "workload_states"
+BUCKET = "workload_states"  # each workload's last event, keyed by statestate_key(uid)
 log = get_logger("alnair.lifecycle")
 
 
@@ -43,7 +43,7 @@ class LifecyclePublisher:
 
     async def last(self, uid: str) -> wl.WorkloadEvent | None:
         """The last event published for ``uid`` by any adapter, or None."""
-        found = await self.kv.get(_key(uid))
+        found = await self.kv.get(state_key(uid))
         return found.value if found else None
 
     async def states(self) -> list[wl.WorkloadEvent]:
@@ -76,7 +76,7 @@ class LifecyclePublisher:
     async def _publish_once(self, workload: wl.Workload, observed_at: datetime | None) -> bool:
         uid = workload.ref.uid
         for _ in range(20):
-            current = await self.kv.get(_key(uid))
+            current = await self.kv.get(state_key(uid))
             last = current.value if current else None
             if last is not None and not is_after(workload.phase, last.workload.phase):
                 return False
@@ -88,9 +88,9 @@ class LifecyclePublisher:
             await self.bus.publish(subjects.workload_events(), event, msg_id=msg_id)
             try:
                 if current is None:
-                    await self.kv.create(_key(uid), event)
+                    await self.kv.create(state_key(uid), event)
                 else:
-                    await self.kv.update(_key(uid), event, current.revision)
+                    await self.kv.update(state_key(uid), event, current.revision)
             except RevisionConflictError:
                 # Another adapter advanced the record meanwhile; re-read and decide again.
                 log.info("lifecycle record raced", uid=uid, phase=phase_name(workload.phase))
@@ -103,9 +103,9 @@ class LifecyclePublisher:
     async def forget(self, uid: str) -> None:
         """Drop the record of a workload, history and all (a deleted one, or a finished one
         past its retention)."""
-        await self.kv.purge(_key(uid))
+        await self.kv.purge(state_key(uid))
 
 
-def _key(uid: str) -> str:
-    """KV keys allow ``[-/_=.a-zA-Z0-9]``; uids are UUIDs, but be safe."""
+def state_key(uid: str) -> str:
+    """A workload's key in the bucket. KV keys allow ``[-/_=.a-zA-Z0-9]``; uids are UUIDs, but be safe."""
     return subjects.token(uid)

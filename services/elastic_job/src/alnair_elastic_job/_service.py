@@ -54,6 +54,7 @@ from alnair_common import (
     TypedKV,
     subjects,
 )
+from alnair_lifecycle import STATES_BUCKET, state_key
 
 from . import _metrics
 from ._allocator import FreeCard, Hysteresis
@@ -66,9 +67,13 @@ from ._state_codec import Submit, command_from_proto, state_to_proto, worker_pla
 from ._worker_events import refusal_input, rendezvous_input, step_input, worker_input, worker_of
 
 _EARLY_REFUSALS = 1024
-WORKLOAD_STATES_BUCKET = "workload_states"
 _LIVE = (workload_pb2.WORKLOAD_PHASE_PENDING, workload_pb2.WORKLOAD_PHASE_BOUND,
          workload_pb2.WORKLOAD_PHASE_RUNNING)
+
+
+def _live_worker(w: workload_pb2.Workload) -> tuple[str, str] | None:
+    """(job key, rendezvous id) of a job's worker that has not ended; None otherwise."""
+    return worker_of(w) if w.phase in _LIVE else None
 
 
 class ElasticJobSettings(ServiceSettings):
@@ -206,11 +211,10 @@ class ElasticJobService(Service):
         (a gang member still pending) must find its job, not wait for a worker event that may
         never come."""
         assert self.bus is not None
-        self._states = states = await TypedKV.open(self.bus, WORKLOAD_STATES_BUCKET,
-                                                   workload_pb2.WorkloadEvent)
+        self._states = states = await TypedKV.open(self.bus, STATES_BUCKET, workload_pb2.WorkloadEvent)
         for event in (await states.current()).values():
-            worker = worker_of(event.workload)
-            if worker is not None and event.workload.phase in _LIVE:
+            worker = _live_worker(event.workload)
+            if worker is not None:
                 self._workers.setdefault(event.workload.ref.uid, worker)
         self.log.info("job workers restored", workers=len(self._workers))
 
@@ -250,12 +254,10 @@ class ElasticJobService(Service):
 
     async def _on_workload(self, _: str, event: workload_pb2.WorkloadEvent) -> None:
         w = event.workload
-        worker = worker_of(w)
-        if worker is not None:
-            if w.phase in _LIVE:
-                self._workers[w.ref.uid] = worker
-            else:
-                self._workers.pop(w.ref.uid, None)
+        if (worker := _live_worker(w)) is not None:
+            self._workers[w.ref.uid] = worker
+        else:
+            self._workers.pop(w.ref.uid, None)
         found = worker_input(event)
         if found is not None:
             await self._apply(*found)
@@ -280,10 +282,8 @@ class ElasticJobService(Service):
         await self._apply(*refusal_input(f, worker))
 
     async def _recorded_worker(self, uid: str) -> tuple[str, str] | None:
-        found = await self._states.get(subjects.token(uid))
-        if found is None or found.value.workload.phase not in _LIVE:
-            return None
-        return worker_of(found.value.workload)
+        found = await self._states.get(state_key(uid))
+        return None if found is None else _live_worker(found.value.workload)
 
     async def _on_rendezvous(self, subject: str, r: job_pb2.RendezvousRound) -> None:
         await self._apply(*rendezvous_input(subjects.name_of(subject.split(".")[2]), r))
