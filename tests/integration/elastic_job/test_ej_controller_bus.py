@@ -1,83 +1,34 @@
 """The elastic-job controller on a real nats-server: commands, worker facts and rendezvous
-rounds in, one JobState per transition out, refused commands as error events.
+rounds in, one JobState per transition out, refused commands as error events, restarts.
 
 The test plays the adapters (their workload events and rendezvous rounds are what
-kube-bridge or the local agent will publish) and the user's CLI (JobCommands)."""
+kube-bridge or the local agent will publish) and the user's CLI (JobCommands); the
+scheduler's refusals of workers are test_ej_refusals_bus.py's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 
-import pytest
-from ej_support import running_controller
+from ej_support import (
+    CARDS,
+    JOB,
+    Observer,
+    command,
+    controller_ready,
+    first_of,
+    plan_of,
+    start_controller,
+    stop_controller,
+    worker,
+    workers_started,
+)
 
 import alnair_elastic_job as ej
-from alnair.v1 import common_pb2, job_pb2, platform_pb2, scheduling_pb2, workload_pb2
+from alnair.v1 import common_pb2, job_pb2, platform_pb2, workload_pb2
 from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import NatsServer
 from alnair_common.testing import wait_for
-from alnair_lifecycle import RENDEZVOUS_LABEL, STATES_BUCKET, state_key
-
-JOB = ej.TrainingJob("resnet", ("python", "train.py"), 2, 3, ej.WorkerRequest(whole_gpus=1))
-CARDS = [ej.FreeCard("node1", f"GPU-{i}", 80) for i in range(3)]
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.states: list[job_pb2.JobState] = []
-        self.errors: list[platform_pb2.ErrorEvent] = []
-        self.plans: list[job_pb2.WorkerPlan] = []
-
-    async def on_plan(self, _: str, p: job_pb2.WorkerPlan) -> None:
-        self.plans.append(p)
-
-    async def on_state(self, _: str, s: job_pb2.JobState) -> None:
-        self.states.append(s)
-
-    async def on_error(self, _: str, e: platform_pb2.ErrorEvent) -> None:
-        self.errors.append(e)
-
-    async def phase(self, phase: int, reason: str = "", timeout: float = 10.0) -> job_pb2.JobState:
-        async def probe() -> job_pb2.JobState | None:
-            last = self.states[-1] if self.states else None
-            ok = last is not None and last.phase == phase and (not reason or last.reason == reason)
-            return last if ok else None
-        return await wait_for(probe, timeout=timeout, what=f"JobState phase {phase} {reason}")
-
-
-async def command(bus: Bus, **action: object) -> None:
-    cmd = job_pb2.JobCommand(name="resnet", request_id=uuid.uuid4().hex, **action)  # type: ignore[arg-type]
-    await bus.publish(subjects.job_command("resnet"), cmd, msg_id=cmd.request_id)
-
-
-def worker_event(uid: str, phase: int, code: int | None = None, rendezvous: str = "") -> workload_pb2.WorkloadEvent:
-    """What an adapter publishes (and records) for worker ``uid`` of job resnet."""
-    labels = {ej.JOB_LABEL: "resnet", ej.JOB_NAMESPACE_LABEL: "default"}
-    if rendezvous:
-        labels[RENDEZVOUS_LABEL] = rendezvous
-    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid=uid, name=f"resnet-{uid}", namespace="local",
-                                                         mode=common_pb2.MODE_LOCAL),
-                              phase=phase, labels=labels)
-    if code is not None:
-        w.exit_code = code
-    return workload_pb2.WorkloadEvent(workload=w, source="local-agent@test")
-
-
-async def worker(bus: Bus, uid: str, phase: int, code: int | None = None, rendezvous: str = "",
-                 states: TypedKV[workload_pb2.WorkloadEvent] | None = None) -> None:
-    """The adapter's event for worker ``uid`` (and, with ``states``, its last-state record)."""
-    event = worker_event(uid, phase, code, rendezvous)
-    if states is not None:
-        await states.put(state_key(uid), event)
-    await bus.publish(subjects.workload_events(), event)
-
-
-@pytest.fixture
-async def controller(nats_server: NatsServer):
-    async with running_controller(nats_server.url, CARDS) as service:
-        yield service
 
 
 async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_published(
@@ -90,12 +41,12 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     await command(bus, submit=ej.to_proto(JOB))
     s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
     assert (s.target_replicas, s.timeout_seconds, s.spec.name) == (3, 600.0, "resnet")
-    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan of the gang")
+    plan = await wait_for(lambda: plan_of(seen, s.generation), what="the plan of the gang")
     assert (plan.target, plan.gang_min, list(plan.stop), plan.rendezvous_id) == (3, 2, [], "default.resnet.1")
     for uid in "abc":
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND)
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_RUNNING)
-    await wait_for(lambda: _started(controller, 3), what="three workers started")
+    await wait_for(lambda: workers_started(controller, 3), what="three workers started")
     await bus.publish(subjects.job_rendezvous("resnet"),
                       job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
     s = await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
@@ -117,18 +68,18 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     s = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
     assert (s.replicas, s.restarts, s.previous_phase, s.cause) == (2, 1, job_pb2.JOB_PHASE_RUNNING,
                                                                   "worker-exited")
-    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan of the replacement")
+    plan = await wait_for(lambda: plan_of(seen, s.generation), what="the plan of the replacement")
     assert (plan.target, plan.gang_min, plan.rendezvous_id) == (3, 0, "default.resnet.1"), \
         "one replacement joins the survivors' rendezvous"
 
     await command(bus, scale=7)
-    err = await wait_for(lambda: _first(seen.errors), what="an error event for the refused scale")
+    err = await wait_for(lambda: first_of(seen.errors), what="an error event for the refused scale")
     assert "2..3 workers" in err.message and err.permanent
     assert err.object == "default/resnet", "the refusal names its job's namespace (kube-bridge relays by it)"
 
     await command(bus, delete=True)
     s = await seen.phase(job_pb2.JOB_PHASE_DELETING, "StoppingWorkers")
-    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan to stop")
+    plan = await wait_for(lambda: plan_of(seen, s.generation), what="the plan to stop")
     assert (plan.target, list(plan.stop)) == (0, ["a", "c"])
     for uid in "ac":
         await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_DELETED)
@@ -147,115 +98,9 @@ async def test_a_job_runs_loses_a_worker_and_is_deleted_with_every_transition_pu
     await wait_for(forgotten, what="the record of the deleted job removed")
     # ... after one last state and plan: Deleted, target 0, so the adapters remove whatever
     # the job left (a finished job keeps its workers' pods for their logs until then).
-    last = await wait_for(lambda: _plan_of(seen, generations[-1] + 1), what="the plan of the forgotten job")
+    last = await wait_for(lambda: plan_of(seen, generations[-1] + 1), what="the plan of the forgotten job")
     assert (last.phase, last.target) == (job_pb2.JOB_PHASE_DELETED, 0)
     assert seen.states[-1].generation == last.generation and seen.states[-1].cause == "delete"
-
-
-async def refusal(bus: Bus, uid: str, *, permanent: bool, code: str = "request-exceeds-card") -> None:
-    """What the scheduler publishes when it cannot place worker ``uid``."""
-    await bus.publish(subjects.sched_failed(), scheduling_pb2.SchedulingFailure(
-        workload=common_pb2.WorkloadRef(uid=uid, name=f"resnet-{uid}", namespace="local",
-                                        mode=common_pb2.MODE_LOCAL),
-        reason="no card has 200 GiB: the largest has 80", code=code, permanent=permanent))
-
-
-@pytest.mark.parametrize("order", ["worker first", "refusal first"])
-async def test_a_gang_the_scheduler_refuses_for_good_fails_at_once_with_its_reason(
-        bus: Bus, controller: ej.ElasticJobService, order: str) -> None:
-    """The scheduler's permanent refusal of one worker ends the gang in Failed/Unschedulable
-    with the scheduler's words, long before the 600 s scheduling timeout; a refusal that may
-    still pass, or one about a whole gang, changes nothing. The refusal and the worker's own
-    event come on different streams, so either may be read first."""
-    seen = Observer()
-    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    await command(bus, submit=ej.to_proto(JOB))
-    s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
-    gang = "default.resnet.1"  # the plan's rendezvous id, as the first test reads it
-    for uid in "ab":
-        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND, rendezvous=gang)
-    await refusal(bus, "c", permanent=False)
-    await refusal(bus, "c", permanent=True, code="gang-timeout")
-    await worker(bus, "old", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous="default.resnet.0")
-    await refusal(bus, "old", permanent=True)
-    if order == "worker first":
-        await worker(bus, "c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
-        await wait_for(lambda: _known(controller, "c"), what="worker c known to the controller")
-        await asyncio.sleep(0.5)  # the refusals above have been read by now
-        assert seen.states[-1].phase == job_pb2.JOB_PHASE_SCHEDULING, \
-            "a passing refusal, a gang's and an earlier gang's worker's change nothing"
-        await refusal(bus, "c", permanent=True)
-    else:
-        await refusal(bus, "c", permanent=True)
-        await wait_for(lambda: _early(controller, "c"), what="the refusal of c kept until c is known")
-        await worker(bus, "c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
-    s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
-    assert "worker c" in s.message and "no card has 200 GiB" in s.message and "spec.worker" in s.message
-    assert s.cause == "worker-refused"
-
-
-async def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_waiting_for_it(
-        bus: Bus, controller: ej.ElasticJobService) -> None:
-    """A running job loses a worker; the scheduler then refuses the replacement for good. The
-    job goes on with the two survivors (target 2: no new ask until the next grant) and
-    succeeds once they finish, instead of waiting for a worker that will never run."""
-    seen = Observer()
-    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    await bus.subscribe(subjects.wildcard("alnair.cmd.workers.<name>"), job_pb2.WorkerPlan, seen.on_plan)
-    await command(bus, submit=ej.to_proto(JOB))
-    await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
-    gang = "default.resnet.1"
-    for uid in "abc":
-        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_BOUND, rendezvous=gang)
-        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_RUNNING, rendezvous=gang)
-    await wait_for(lambda: _started(controller, 3), what="three workers started")
-    await bus.publish(subjects.job_rendezvous("resnet"),
-                      job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
-    await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
-    await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=137, rendezvous=gang)
-    await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
-    await worker(bus, "d", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
-    await wait_for(lambda: _known(controller, "d"), what="the replacement d known to the controller")
-    await refusal(bus, "d", permanent=True, code="bind-failed")
-    s = await wait_for(lambda: _last_if(seen, lambda s: "refused worker d" in s.message),
-                       what="the refusal of d in the job's state")
-    assert (s.phase, s.target_replicas, s.cause) == (job_pb2.JOB_PHASE_SCALING, 2, "worker-refused")
-    plan = await wait_for(lambda: _plan_of(seen, s.generation), what="the plan after the refusal")
-    assert plan.target == 2
-    await bus.publish(subjects.job_rendezvous("resnet"),
-                      job_pb2.RendezvousRound(name="resnet", round=2, members=list("ac"),
-                                              rendezvous_id=gang))
-    s = await seen.phase(job_pb2.JOB_PHASE_RUNNING, "Training")
-    assert [w.uid for w in s.workers] == ["a", "c"]
-    for uid in "ac":
-        await worker(bus, uid, workload_pb2.WORKLOAD_PHASE_SUCCEEDED, code=0, rendezvous=gang)
-    s = await seen.phase(job_pb2.JOB_PHASE_SUCCEEDED, "Succeeded")
-    assert "2 workers finished" in s.message
-
-
-async def _last_if(seen: Observer, ok) -> job_pb2.JobState | None:  # type: ignore[no-untyped-def]
-    return next((s for s in reversed(seen.states) if ok(s)), None)
-
-
-async def _known(service: ej.ElasticJobService, uid: str) -> bool:
-    return uid in service._workers  # noqa: SLF001 - what the controller has read so far
-
-
-async def _early(service: ej.ElasticJobService, uid: str) -> bool:
-    return uid in service._early  # noqa: SLF001
-
-
-async def _started(service: ej.ElasticJobService, n: int) -> bool:
-    t = service.controller.jobs.get("default/resnet")
-    return t is not None and len(t.status.started) == n
-
-
-async def _plan_of(seen: Observer, generation: int) -> job_pb2.WorkerPlan | None:
-    return next((p for p in seen.plans if p.generation == generation), None)
-
-
-async def _first(items: list) -> object:
-    return items[0] if items else None
 
 
 async def test_a_bad_submission_is_an_error_event_naming_the_field(bus: Bus,
@@ -265,7 +110,7 @@ async def test_a_bad_submission_is_an_error_event_naming_the_field(bus: Bus,
     spec = ej.to_proto(JOB)
     spec.min_replicas, spec.max_replicas = 4, 2
     await command(bus, submit=spec)
-    err = await wait_for(lambda: _first(seen.errors), what="an error event")
+    err = await wait_for(lambda: first_of(seen.errors), what="an error event")
     assert err.message.startswith("spec.minReplicas") and "minReplicas <= maxReplicas" in err.message
     assert controller.controller.jobs == {}
 
@@ -280,7 +125,7 @@ async def test_under_the_generated_permissions_the_cli_submits_and_reads_the_sta
     service = ej.ElasticJobService(settings)  # capacity from the buckets, as deployed
     task = asyncio.create_task(service.run())
     try:
-        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        await wait_for(lambda: controller_ready(service, task), timeout=20, what="elastic-job ready")
         cli = await secured_nats.connect("cli")
         agent = await secured_nats.connect("local-agent")
         from alnair.v1 import inventory_pb2
@@ -303,12 +148,6 @@ async def test_under_the_generated_permissions_the_cli_submits_and_reads_the_sta
             await asyncio.wait_for(task, 20)
 
 
-async def _ready(service: ej.ElasticJobService, task: asyncio.Task) -> bool:
-    if task.done():
-        task.result()
-    return service.ready.is_set()
-
-
 async def _two_cards(bus: Bus) -> TypedKV:
     """node1 with two idle 80 GiB cards in node_inventory (the bucket, for more nodes)."""
     from alnair.v1 import inventory_pb2
@@ -319,27 +158,11 @@ async def _two_cards(bus: Bus) -> TypedKV:
     return inv
 
 
-async def _start(url: str, *, buckets: bool = False) -> tuple[ej.ElasticJobService, asyncio.Task]:
-    """The service, ready; its capacity is CARDS, or with ``buckets`` read from the GPU
-    buckets as deployed."""
-    service = ej.ElasticJobService(ej.ElasticJobSettings(nats_url=url, node_name="test", tick_seconds=0.1),
-                                   capacity=None if buckets else lambda: CARDS)
-    task = asyncio.create_task(service.run())
-    await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
-    return service, task
-
-
-async def _stop(service: ej.ElasticJobService, task: asyncio.Task) -> None:
-    service.request_stop()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(task, 20)
-
-
 async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twice(
         bus: Bus, nats_server: NatsServer) -> None:
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    first, task = await _start(nats_server.url)
+    first, task = await start_controller(nats_server.url)
     try:
         await command(bus, submit=ej.to_proto(JOB))
         await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
@@ -352,9 +175,9 @@ async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twic
         before = await seen.phase(job_pb2.JOB_PHASE_SCALING, "WorkerFailed")
         held = first.controller.jobs["default/resnet"].status
     finally:
-        await _stop(first, task)
+        await stop_controller(first, task)
 
-    second, task = await _start(nats_server.url)
+    second, task = await start_controller(nats_server.url)
     try:
         assert second.controller.jobs["default/resnet"].status == held, "resumed as it was left"
         await worker(bus, "b", workload_pb2.WORKLOAD_PHASE_FAILED, code=1)  # the same fact again
@@ -366,52 +189,7 @@ async def test_a_restarted_controller_resumes_each_job_and_counts_no_worker_twic
         with_gen = [m.generation for m in seen.states]
         assert sorted(set(with_gen)) == list(range(1, s.generation + 1)), "no generation skipped"
     finally:
-        await _stop(second, task)
-
-
-async def test_a_restarted_controller_matches_a_refusal_of_a_worker_it_read_before(
-        bus: Bus, nats_server: NatsServer) -> None:
-    """The worker events read before a restart are not delivered again, but a pending gang
-    member's refusal still ends its gang at once: the restarted controller knows each live
-    worker's job from the adapters' workload_states records."""
-    seen = Observer()
-    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    states = await TypedKV.open(bus, STATES_BUCKET, workload_pb2.WorkloadEvent)
-    gang = "default.resnet.1"
-    first, task = await _start(nats_server.url)
-    try:
-        await command(bus, submit=ej.to_proto(JOB))
-        await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
-        for uid, phase in (("a", workload_pb2.WORKLOAD_PHASE_BOUND), ("b", workload_pb2.WORKLOAD_PHASE_BOUND),
-                           ("c", workload_pb2.WORKLOAD_PHASE_PENDING)):
-            await worker(bus, uid, phase, rendezvous=gang, states=states)
-        await wait_for(lambda: _known(first, "c"), what="worker c known to the first controller")
-    finally:
-        await _stop(first, task)
-
-    second, task = await _start(nats_server.url)
-    try:
-        await refusal(bus, "c", permanent=True)
-        s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
-        assert "worker c" in s.message and s.cause == "worker-refused"
-    finally:
-        await _stop(second, task)
-
-
-async def test_a_refusal_read_before_its_worker_event_finds_the_worker_in_its_record(
-        bus: Bus, controller: ej.ElasticJobService) -> None:
-    """The refusal and the worker's event come on different streams; when the refusal is read
-    first, the adapter's workload_states record (written with the event) names the job."""
-    seen = Observer()
-    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
-    states = await TypedKV.open(bus, STATES_BUCKET, workload_pb2.WorkloadEvent)
-    await command(bus, submit=ej.to_proto(JOB))
-    await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
-    record = worker_event("c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous="default.resnet.1")
-    await states.put(state_key("c"), record)  # its event not published (yet)
-    await refusal(bus, "c", permanent=True)
-    s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
-    assert "worker c" in s.message and not await _early(controller, "c")
+        await stop_controller(second, task)
 
 
 async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus, nats_server: NatsServer) -> None:
@@ -423,7 +201,7 @@ async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus
     await alloc.put("GPU-1", allocation_pb2.CardAllocation(node="node1", gpu_uuid="GPU-1", shares=[
         allocation_pb2.GpuShare(workload=common_pb2.WorkloadRef(uid="someone"), memory_gib=80,
                                 compute_percent=100)]))
-    service, task = await _start(nats_server.url, buckets=True)
+    service, task = await start_controller(nats_server.url, buckets=True)
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     try:
@@ -442,7 +220,7 @@ async def test_without_a_capacity_seam_the_grant_comes_from_the_buckets(bus: Bus
         s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
         assert s.target_replicas == 2
     finally:
-        await _stop(service, task)
+        await stop_controller(service, task)
 
 
 async def test_a_job_the_idle_cluster_cannot_hold_is_pending_unschedulable_saying_why(
@@ -451,7 +229,7 @@ async def test_a_job_the_idle_cluster_cannot_hold_is_pending_unschedulable_sayin
     scheduler cannot place does, but its state says what is missing and how to fix it."""
     from alnair.v1 import inventory_pb2
     inv = await _two_cards(bus)
-    service, task = await _start(nats_server.url, buckets=True)
+    service, task = await start_controller(nats_server.url, buckets=True)
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     try:
@@ -466,7 +244,7 @@ async def test_a_job_the_idle_cluster_cannot_hold_is_pending_unschedulable_sayin
         s = await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
         assert s.target_replicas == 1
     finally:
-        await _stop(service, task)
+        await stop_controller(service, task)
 
 
 async def test_a_job_whose_steps_stop_is_restarted_within_the_stall_window(
@@ -481,7 +259,7 @@ async def test_a_job_whose_steps_stop_is_restarted_within_the_stall_window(
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     try:
-        await wait_for(lambda: _ready(service, task), timeout=20, what="elastic-job ready")
+        await wait_for(lambda: controller_ready(service, task), timeout=20, what="elastic-job ready")
         await command(bus, submit=ej.to_proto(JOB))
         await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
         for uid in "abc":
@@ -503,7 +281,7 @@ async def test_a_job_whose_steps_stop_is_restarted_within_the_stall_window(
         s = await seen.phase(job_pb2.JOB_PHASE_RECOVERING, "Stalled")
         assert "no training step for 11 s since step 1" in s.message and s.restarts == 1
     finally:
-        await _stop(service, task)
+        await stop_controller(service, task)
 
 
 async def test_a_restart_reading_the_gpu_buckets_preempts_no_running_job(bus: Bus, nats_server: NatsServer) -> None:
@@ -521,7 +299,7 @@ async def test_a_restart_reading_the_gpu_buckets_preempts_no_running_job(bus: Bu
     first = ej.ElasticJobService(settings)
     task = asyncio.create_task(first.run())
     try:
-        await wait_for(lambda: _ready(first, task), timeout=20, what="elastic-job ready")
+        await wait_for(lambda: controller_ready(first, task), timeout=20, what="elastic-job ready")
         await command(bus, submit=ej.to_proto(JOB))
         await seen.phase(job_pb2.JOB_PHASE_SCHEDULING)
         for uid in "abc":
@@ -530,14 +308,14 @@ async def test_a_restart_reading_the_gpu_buckets_preempts_no_running_job(bus: Bu
                           job_pb2.RendezvousRound(name="resnet", round=1, members=list("abc")))
         running = await seen.phase(job_pb2.JOB_PHASE_RUNNING)
     finally:
-        await _stop(first, task)
+        await stop_controller(first, task)
     second = ej.ElasticJobService(settings)
     task = asyncio.create_task(second.run())
     try:
-        await wait_for(lambda: _ready(second, task), timeout=20, what="elastic-job ready again")
+        await wait_for(lambda: controller_ready(second, task), timeout=20, what="elastic-job ready again")
         await asyncio.sleep(0.5)  # ten ticks of the allocator after the restart
         t = second.controller.jobs["default/resnet"]
         assert (t.status.phase, t.status.generation) == (ej.Phase.RUNNING, running.generation)
         assert t.status.grant == 3
     finally:
-        await _stop(second, task)
+        await stop_controller(second, task)
