@@ -90,8 +90,10 @@ async def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_wai
     await worker(bus, "d", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
     await wait_for(lambda: known_worker(controller, "d"), what="the replacement d known to the controller")
     await refusal(bus, "d", permanent=True, code="bind-failed")
-    s = await wait_for(lambda: last_state_where(seen, lambda s: "refused worker d" in s.message),
+    # The refusal's own state: the next reallocation (every tick) asks for 3 again.
+    s = await wait_for(lambda: last_state_where(seen, lambda s: s.cause == "worker-refused"),
                        what="the refusal of d in the job's state")
+    assert "refused worker d" in s.message
     assert (s.phase, s.target_replicas, s.cause) == (job_pb2.JOB_PHASE_SCALING, 2, "worker-refused")
     plan = await wait_for(lambda: plan_of(seen, s.generation), what="the plan after the refusal")
     assert plan.target == 2

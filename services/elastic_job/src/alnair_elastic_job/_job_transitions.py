@@ -84,8 +84,8 @@ def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -
     scheduler's reason. A running or rescaling elastic job gives up on the refused worker (a
     replacement, or one to grow by; pending, or bound and not started) and goes on with the
     workers it has: its target becomes their number, so the adapters withdraw the refused one
-    and the job neither waits for it (a growing job went on to time out its rendezvous and
-    restart) nor asks for it again before the next grant."""
+    and the job does not wait for it (a growing job went on to time out its rendezvous and
+    restart). The next grant (each reallocation) asks again: no back-off yet."""
     if (event.code in GANG_REFUSALS or event.worker in s.stopping | s.ended
             or event.rendezvous_id not in ("", rendezvous_id(job, s))):
         return s
