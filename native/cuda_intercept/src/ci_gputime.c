@@ -15,15 +15,20 @@
  * when it is partly idle (H200: 1530 MHz flat out, 1980 MHz at <= 50 %), so a
  * tenant alone on it would get more work than its share of the time says (30 %
  * of the time did 36 % of the work alone). Each key therefore also keeps its
- * duration at full load, and a sample is also counted as the time it would have
- * taken at that speed (work_ns: ns x full / shortest, the factor between 1 and
- * CI_GPUTIME_MAX_SPEEDUP). A key never seen at full load counts its plain time.
+ * mean duration at full load, and a sample is also counted as the time it would
+ * have taken at that speed (work_ns: ns x full / typical, where typical is the
+ * key's moving mean now; the factor between 1 and CI_GPUTIME_MAX_SPEEDUP). A key
+ * never seen at full load counts its plain time.
  *
- * The full-load duration is the key's shortest duration at the end of a control
- * period the monitor saw at full load (at least CI_MONITOR_FULL_LOAD busy with no
- * other process on it and no compute limit active; ci_gputime_set_full_load), once
- * the key has CI_GPUTIME_FULL_MIN_SAMPLES samples. NVML tells that only after the fact, so a
- * period's value is kept pending and taken only when the next period is seen at full
+ * Means, not minima: the card's clock wanders at full load (the H200's 1455-1530
+ * MHz), and a single period's shortest sample divided by the shortest under the
+ * limit moved a 90 % limit by -3.4 to +5.6 points between processes. The full-load
+ * duration is the mean of the key's (clipped) samples in each control period the
+ * monitor saw at full load (at least CI_MONITOR_FULL_LOAD busy with no other process
+ * on it and no compute limit active; ci_gputime_set_full_load), averaged over up
+ * to CI_GPUTIME_FULL_PERIODS such periods; typical is a moving mean with weight
+ * 1/CI_GPUTIME_TYPICAL_WEIGHT. NVML tells that a period was at full load only after the fact, so a
+ * period's mean is kept pending and taken only when the next period is seen at full
  * load too: the period in which a limit began (the card already clocking up while
  * the last window still read full) is dropped.
  *
@@ -52,6 +57,9 @@
 #define CI_GPUTIME_DRIFT 32 /* a key's shortest duration rises 1/32 per longer sample */
 #define CI_GPUTIME_MAX_SPEEDUP 1.6   /* most a partly idle card is believed faster than full */
 #define CI_GPUTIME_FULL_MIN_SAMPLES 8 /* a key's shortest is trusted from this many samples */
+#define CI_GPUTIME_PERIOD_MIN_SAMPLES 4 /* a full-load period's mean needs this many */
+#define CI_GPUTIME_FULL_PERIODS 16   /* the full-load mean is over the last ~this many periods */
+#define CI_GPUTIME_TYPICAL_WEIGHT 16 /* typical: moving mean, 1/16 per sample */
 
 enum { CI_GPUTIME_FREE, CI_GPUTIME_OWNED, CI_GPUTIME_PENDING };
 
@@ -65,10 +73,13 @@ struct ci_gputime_sample {
 struct ci_gputime_key {
     uint64_t key;
     uint64_t samples;
-    double shortest_ns;
-    double full_ns;        /* the confirmed full-load duration; 0: never seen at full load */
-    double pending_ns;     /* shortest_ns in a full-load period not confirmed yet ... */
-    uint64_t pending_period; /* ... that period (0: none) */
+    double shortest_ns;      /* recent shortest: clips samples inflated by other contexts */
+    double typical_ns;       /* moving mean of the clipped samples */
+    double full_ns;          /* mean at full load over confirmed periods; 0: never seen */
+    uint32_t full_periods;   /* how many periods full_ns averages (at most FULL_PERIODS) */
+    uint32_t pending_n;      /* clipped samples in the full-load period not confirmed yet ... */
+    double pending_sum;      /* ... their sum ... */
+    uint64_t pending_period; /* ... and that period (0: none) */
 };
 
 static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
@@ -108,25 +119,37 @@ void ci_gputime_set_full_load(int dev, bool full)
     atomic_store_explicit(&ci_gputime_load[dev].period, period + 1, memory_order_relaxed);
 }
 
-/* Updates `k`'s full-load duration from its pending one (see the top of the file). */
-static void ci_gputime_full_load(struct ci_gputime_key *k, int dev)
+/* Updates `k`'s full-load duration from its pending period's mean (see the top of the
+ * file), and adds the sample counted as `counted` ns to the period's mean. */
+static void ci_gputime_full_load(struct ci_gputime_key *k, int dev, double counted)
 {
     uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
     uint64_t confirmed = atomic_load_explicit(&ci_gputime_load[dev].confirmed, memory_order_relaxed);
     uint64_t p = k->pending_period;
-    if (p != 0 && p < period && period - p < 64 && (confirmed >> (p % 64) & 1)) {
-        if (k->full_ns != k->pending_ns)
-            ci_debug("dev %d: key %016llx runs %.0f ns at full load (now %.0f ns)", dev,
-                     (unsigned long long)k->key, k->pending_ns, k->shortest_ns);
-        k->full_ns = k->pending_ns; /* its period was followed by another at full load */
+    if (p != 0 && p < period) {
+        /* decided: taken if its period was followed by another at full load, else dropped */
+        if (period - p < 64 && (confirmed >> (p % 64) & 1) &&
+            k->pending_n >= CI_GPUTIME_PERIOD_MIN_SAMPLES) {
+            double mean = k->pending_sum / k->pending_n;
+            if (k->full_periods < CI_GPUTIME_FULL_PERIODS)
+                k->full_periods++;
+            k->full_ns += (mean - k->full_ns) / k->full_periods;
+            ci_debug("dev %d: key %016llx runs %.0f ns at full load (period mean %.0f ns over "
+                     "%u samples, %u periods; now %.0f ns)", dev, (unsigned long long)k->key,
+                     k->full_ns, mean, k->pending_n, k->full_periods, k->typical_ns);
+        }
+        k->pending_period = 0;
     }
-    if (k->pending_period != 0 && k->pending_period < period)
-        k->pending_period = 0; /* decided: taken, or dropped */
-    if (atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed) &&
-        k->samples >= CI_GPUTIME_FULL_MIN_SAMPLES) {
-        k->pending_ns = k->shortest_ns;
+    if (!atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed) ||
+        k->samples < CI_GPUTIME_FULL_MIN_SAMPLES)
+        return;
+    if (k->pending_period != period) {
         k->pending_period = period;
+        k->pending_sum = 0.0;
+        k->pending_n = 0;
     }
+    k->pending_sum += counted;
+    k->pending_n++;
 }
 
 void ci_gputime_read(int dev, struct ci_gputime_totals *out)
@@ -153,7 +176,7 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
     struct ci_gputime_key *k = &ci_gputime_keys[(key * 0x9E3779B97F4A7C15ull) >> 56];
     double counted = ns;
     if (k->key != key || k->shortest_ns <= 0.0) {
-        *k = (struct ci_gputime_key){.key = key, .shortest_ns = ns};
+        *k = (struct ci_gputime_key){.key = key, .shortest_ns = ns, .typical_ns = ns};
     } else {
         if (counted > CI_GPUTIME_CLIP * k->shortest_ns)
             counted = CI_GPUTIME_CLIP * k->shortest_ns;
@@ -162,10 +185,11 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
         else
             k->shortest_ns += (ns < 2.0 * k->shortest_ns ? ns - k->shortest_ns : k->shortest_ns) /
                               CI_GPUTIME_DRIFT;
+        k->typical_ns += (counted - k->typical_ns) / CI_GPUTIME_TYPICAL_WEIGHT;
     }
     k->samples++;
-    ci_gputime_full_load(k, dev);
-    double speedup = k->full_ns > k->shortest_ns ? k->full_ns / k->shortest_ns : 1.0;
+    ci_gputime_full_load(k, dev, counted);
+    double speedup = k->full_ns > k->typical_ns ? k->full_ns / k->typical_ns : 1.0;
     if (speedup > CI_GPUTIME_MAX_SPEEDUP)
         speedup = CI_GPUTIME_MAX_SPEEDUP;
     atomic_fetch_add_explicit(&ci_gputime_acc[dev].ns, (uint64_t)counted, memory_order_relaxed);

@@ -27,6 +27,17 @@
  * for CI_MONITOR_REFERENCE_PERIODS control periods out of every
  * CI_MONITOR_REFERENCE_EVERY while that holds.
  *
+ * A workload that cannot fill the card alone (a launch-bound loop of small kernels, host
+ * work between launches: NVML's device utilisation below CI_MONITOR_FULL_LOAD while it
+ * runs alone without a limit) does flat out what its own pace allows, not what the card
+ * could: a time limit above the share of the time it uses would not bind it at all
+ * (the H200: a loop at 20-28 % busy got 85-87 % of its work under 50 and 30 % limits).
+ * Its pace then is the 100 % mark: the tokens per second it spent alone without a limit
+ * (a moving mean over the windows it launched in, the last ~0.4 s before the limit), and
+ * a limit caps its rate at that pace x the limit, whatever the time measurement allows
+ * (ci_monitor_pace_cap). A workload limited from its first launch has no such pace: its
+ * limit is a share of the time.
+ *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
  * (over-estimates under co-location, so it throttles more, never less); no
@@ -62,6 +73,7 @@
 #define CI_MONITOR_FULL_LOAD 95.0        /* NVML device utilisation, percent */
 #define CI_MONITOR_REFERENCE_PERIODS 2   /* sampled control periods without a limit ... */
 #define CI_MONITOR_REFERENCE_EVERY 20    /* ... out of every this many (100 ms a second) */
+#define CI_MONITOR_PACE_WEIGHT 8         /* pace: moving mean, 1/8 per control period */
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -72,6 +84,8 @@ struct ci_monitor_dev {
     struct ci_controller ctl;
     bool started;
     bool full_load; /* NVML's last samples: the device at full load, the workload alone */
+    double pace;      /* tokens/s alone without a limit (moving mean); 0: never seen */
+    double pace_busy; /* NVML's device utilisation meanwhile (moving mean), percent */
     uint64_t last_seen_us;
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
@@ -211,6 +225,34 @@ static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t 
     return share > 100.0 ? 100.0 : share;
 }
 
+/* The most tokens/s a limit lets a workload spend that cannot fill the card alone: its
+ * own pace alone without a limit x the limit; 0 when there is no such cap. */
+static double ci_monitor_pace_cap(const struct ci_monitor_dev *m)
+{
+    if (m->pace <= 0.0 || m->pace_busy >= CI_MONITOR_FULL_LOAD || m->ctl.target >= 100.0)
+        return 0.0;
+    double cap = m->pace * m->ctl.target / 100.0;
+    return cap < 1.0 ? 1.0 : cap;
+}
+
+/* Learns the workload's pace alone without a limit: tokens/s over the last share window
+ * and NVML's device utilisation `device`, whenever it launched in that window. */
+static void ci_monitor_learn_pace(struct ci_monitor_dev *m, double device, uint64_t now)
+{
+    uint64_t t0 = now > CI_MONITOR_SHARE_WINDOW_NS ? now - CI_MONITOR_SHARE_WINDOW_NS : 0;
+    const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, now);
+    if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
+        return;
+    double spent = (double)(b->charged - a->charged) * 1e9 / (double)(b->t_ns - a->t_ns);
+    if (m->pace <= 0.0) {
+        m->pace = spent;
+        m->pace_busy = device;
+    } else {
+        m->pace += (spent - m->pace) / CI_MONITOR_PACE_WEIGHT;
+        m->pace_busy += (device - m->pace_busy) / CI_MONITOR_PACE_WEIGHT;
+    }
+}
+
 /* Applies one controller step for the window [t0, t1] (monotonic ns). */
 static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint64_t t0,
                             uint64_t t1)
@@ -230,9 +272,12 @@ static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint
     }
     bool binding = b->throttled_ns > a->throttled_ns || ci_tokens_waiting(dev) > 0;
     double rate = ci_controller_update(&m->ctl, util, consumed, binding);
+    double cap = ci_monitor_pace_cap(m);
+    if (cap > 0.0 && (rate <= 0.0 || rate > cap))
+        rate = m->ctl.rate = cap; /* the controller goes on from the cap: no wind-up */
     ci_tokens_set_rate(dev, rate);
-    ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s", dev, util,
-             m->ctl.target, consumed, rate);
+    ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s%s", dev, util,
+             m->ctl.target, consumed, rate, rate == cap ? " (its own pace x the limit)" : "");
 }
 
 /* One control period for `dev`. */
@@ -274,9 +319,12 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
          * timed; limited, the card clocks up — NVML read a 90 % limit as 95-99 % busy
          * in 1 s of every 3 on the H200, and the speed learnt there undid the limit). */
         double device = 0.0;
-        m->full_load = target >= 100 && n > 0 && others == 0 &&
-                       ci_nvml_device_util(dev, &device) == 0 && device >= CI_MONITOR_FULL_LOAD;
+        bool alone = target >= 100 && n > 0 && others == 0 &&
+                     ci_nvml_device_util(dev, &device) == 0;
+        m->full_load = alone && device >= CI_MONITOR_FULL_LOAD;
         ci_gputime_set_full_load(dev, m->full_load);
+        if (alone)
+            ci_monitor_learn_pace(m, device, now);
         ci_debug("dev %d: device %.0f%% busy, %d samples of others: full load %d", dev, device,
                  others, m->full_load);
     }

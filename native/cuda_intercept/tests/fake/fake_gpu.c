@@ -20,6 +20,11 @@
  * H200: 1530 MHz flat out, 1980 MHz at <= 50 %, B = 29). fakecuda_own_busy_ns()
  * keeps counting nominal durations, i.e. work at full-load speed.
  *
+ * FAKECUDA_CLOCK_NOISE_PERCENT=N makes its clock noisy, as a real card's is (the H200
+ * flat out wanders 1455-1530 MHz): every kernel runs up to N % longer or shorter at
+ * random (uniform, a fixed seed), on top of a slow wander of N/2 % (a sine of period
+ * 0.7 s); both average out, so the work a process does alone is unchanged.
+ *
  * Time is fake_clock.c's (real, or virtual with FAKECUDA_VIRTUAL_TIME=1; a shared
  * GPU's file holds the one clock of its processes).
  *
@@ -29,6 +34,7 @@
  * that ran in between, as on the real GPU.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -43,7 +49,7 @@
 
 #define SAMPLE_RING 4096
 #define FUTURE_PERIODS 64
-#define GPU_MAGIC 0x46414b4547505534ull /* "FAKEGPU4" */
+#define GPU_MAGIC 0x46414b4547505535ull /* "FAKEGPU5" */
 #define QUEUE_MAX_NS 2000000ull         /* a process's launches block beyond this backlog */
 #define MAX_PROCS 8
 #define QUEUE_LEN 512
@@ -77,6 +83,7 @@ struct gpu_state {
     uint64_t cur_period;         /* index of the open period */
     unsigned last_util;          /* busy percent of the last closed period */
     uint64_t busy_total;         /* ns spent running kernels, ever */
+    uint64_t noise;              /* FAKECUDA_CLOCK_NOISE_PERCENT's random state */
     uint64_t busy[FUTURE_PERIODS];
     unsigned pids[FUTURE_PERIODS][FAKECUDA_SAMPLE_PIDS];
     unsigned npids[FUTURE_PERIODS];
@@ -167,13 +174,23 @@ static int gpu_next_proc(struct gpu_state *g, int after)
 }
 
 /* How long a kernel of nominal duration `dur` runs at the clock the last period's
- * load left the card at (FAKECUDA_BOOST_PERCENT). */
-static uint64_t gpu_clocked(const struct gpu_state *g, uint64_t dur, uint64_t boost_percent)
+ * load left the card at (FAKECUDA_BOOST_PERCENT), with the clock's noise
+ * (FAKECUDA_CLOCK_NOISE_PERCENT). */
+static uint64_t gpu_clocked(struct gpu_state *g, uint64_t dur, uint64_t boost_percent,
+                            uint64_t noise_percent)
 {
-    if (boost_percent == 0)
-        return dur;
-    double idle = g->last_util <= 50 ? 1.0 : (100.0 - g->last_util) / 50.0;
-    return (uint64_t)((double)dur / (1.0 + (double)boost_percent / 100.0 * idle));
+    double ns = (double)dur;
+    if (boost_percent != 0) {
+        double idle = g->last_util <= 50 ? 1.0 : (100.0 - g->last_util) / 50.0;
+        ns /= 1.0 + (double)boost_percent / 100.0 * idle;
+    }
+    if (noise_percent != 0) {
+        g->noise = g->noise * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(g->noise >> 11) / 9007199254740992.0 * 2.0 - 1.0; /* [-1, 1) */
+        double wander = 0.5 * sin(2.0 * M_PI * (double)g->sim_t / 0.7e9);
+        ns *= 1.0 + (double)noise_percent / 100.0 * (u + wander);
+    }
+    return (uint64_t)ns;
 }
 
 /* Runs the GPU up to `now`: slices, kernels (never preempted), event markers. */
@@ -181,6 +198,7 @@ static void gpu_run(struct gpu_state *g, uint64_t now)
 {
     uint64_t slice = env_u64("FAKECUDA_SLICE_NS", 1000000);
     uint64_t boost = env_u64("FAKECUDA_BOOST_PERCENT", 0);
+    uint64_t noise = env_u64("FAKECUDA_CLOCK_NOISE_PERCENT", 0);
     if (g->sim_t == 0)
         g->sim_t = now;
     while (g->sim_t < now) {
@@ -203,7 +221,7 @@ static void gpu_run(struct gpu_state *g, uint64_t now)
             g->event_ts[it.event] = g->sim_t;
             continue;
         }
-        uint64_t ran = gpu_clocked(g, it.dur, boost);
+        uint64_t ran = gpu_clocked(g, it.dur, boost, noise);
         gpu_account(g, g->sim_t, g->sim_t + ran, p->pid);
         g->busy_total += ran;
         g->sim_t += ran;
