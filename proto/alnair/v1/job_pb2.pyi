@@ -441,6 +441,8 @@ class TrainingJobRecord(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     LAST_STEP_AT_FIELD_NUMBER: _builtins.int
     SLOWEST_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    REFUSALS_FIELD_NUMBER: _builtins.int
+    GROW_AFTER_FIELD_NUMBER: _builtins.int
     created_at: _builtins.float
     grant: _builtins.int
     wish: _builtins.int
@@ -459,6 +461,12 @@ class TrainingJobRecord(_message.Message):
     """
     last_step_at: _builtins.float
     slowest_step_seconds: _builtins.float
+    refusals: _builtins.int
+    """Newcomers the scheduler refused in a row (reset when a worker starts), and until when
+    (unix seconds) a running job asks for no more workers than it has: the restart back-off,
+    doubled per refusal.
+    """
+    grow_after: _builtins.float
     @_builtins.property
     def state(self) -> Global___JobState:
         """The last published state (spec, phase, reason, world, target, restarts, generation...)."""
@@ -496,10 +504,12 @@ class TrainingJobRecord(_message.Message):
         step: _builtins.int = ...,
         last_step_at: _builtins.float | None = ...,
         slowest_step_seconds: _builtins.float = ...,
+        refusals: _builtins.int = ...,
+        grow_after: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_last_step_at", b"_last_step_at", "_wish", b"_wish", "first_run_at", b"first_run_at", "last_step_at", b"last_step_at", "state", b"state", "wish", b"wish"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_last_step_at", b"_last_step_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "heard", b"heard", "heard_round", b"heard_round", "incarnation", b"incarnation", "last_step_at", b"last_step_at", "placed", b"placed", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "slowest_step_seconds", b"slowest_step_seconds", "started", b"started", "state", b"state", "step", b"step", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at", "_last_step_at", b"_last_step_at", "_wish", b"_wish", "created_at", b"created_at", "ended", b"ended", "first_run_at", b"first_run_at", "grant", b"grant", "grow_after", b"grow_after", "heard", b"heard", "heard_round", b"heard_round", "incarnation", b"incarnation", "last_step_at", b"last_step_at", "placed", b"placed", "refusals", b"refusals", "retry_at", b"retry_at", "running_seconds", b"running_seconds", "slowest_step_seconds", b"slowest_step_seconds", "started", b"started", "state", b"state", "step", b"step", "stopping", b"stopping", "succeeded", b"succeeded", "wish", b"wish"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__first_run_at: _TypeAlias = _typing.Literal["first_run_at"]  # noqa: Y015
     _WhichOneofArgType__first_run_at: _TypeAlias = _typing.Literal["_first_run_at", b"_first_run_at"]  # noqa: Y015

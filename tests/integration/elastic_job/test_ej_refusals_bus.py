@@ -70,8 +70,9 @@ async def test_a_gang_the_scheduler_refuses_for_good_fails_at_once_with_its_reas
 async def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_waiting_for_it(
         bus: Bus, controller: ej.ElasticJobService) -> None:
     """A running job loses a worker; the scheduler then refuses the replacement for good. The
-    job goes on with the two survivors (target 2: no new ask until the next grant) and
-    succeeds once they finish, instead of waiting for a worker that will never run."""
+    job goes on with the two survivors (target 2: no new ask within the restart back-off,
+    although every reallocation grants 3) and succeeds once they finish, instead of waiting
+    for a worker that will never run."""
     seen = Observer()
     await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
     await bus.subscribe(subjects.wildcard("alnair.cmd.workers.<name>"), job_pb2.WorkerPlan, seen.on_plan)
@@ -90,13 +91,15 @@ async def test_a_refused_replacement_is_dropped_and_the_job_finishes_without_wai
     await worker(bus, "d", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous=gang)
     await wait_for(lambda: known_worker(controller, "d"), what="the replacement d known to the controller")
     await refusal(bus, "d", permanent=True, code="bind-failed")
-    # The refusal's own state: the next reallocation (every tick) asks for 3 again.
     s = await wait_for(lambda: last_state_where(seen, lambda s: s.cause == "worker-refused"),
                        what="the refusal of d in the job's state")
-    assert "refused worker d" in s.message
+    assert "refused worker d" in s.message and "asking for more in 10 s" in s.message
     assert (s.phase, s.target_replicas, s.cause) == (job_pb2.JOB_PHASE_SCALING, 2, "worker-refused")
     plan = await wait_for(lambda: plan_of(seen, s.generation), what="the plan after the refusal")
     assert plan.target == 2
+    await asyncio.sleep(1.0)  # ten reallocations, each granting 3
+    assert [p.target for p in seen.plans if p.generation > s.generation and p.target > 2] == [], \
+        "a newcomer was asked for again within the restart back-off (10 s)"
     await bus.publish(subjects.job_rendezvous("resnet"),
                       job_pb2.RendezvousRound(name="resnet", round=2, members=list("ac"),
                                               rendezvous_id=gang))

@@ -193,7 +193,36 @@ def test_a_refused_worker_to_grow_by_leaves_the_world_training() -> None:
     assert "going on with 2 workers" in s.message
     assert r(WorkerRefused("c", "request-exceeds-card", "again")) is s, "a repeated refusal"
     assert r(WorkerRefused("x", "bind-failed", "stray")) is s, "nothing is asked for"
-    assert r(CapacityChanged(3)).target == 3, "the next grant asks again"
+
+
+def test_a_refused_newcomer_is_asked_for_again_after_a_doubling_back_off() -> None:
+    r = Run(job(2, 3))  # restart back-off 5 s, at most 20 s
+    r.running("a", "b")
+    r(CapacityChanged(3))
+    s = r(WorkerRefused("c", "request-exceeds-card", "no card has room"))
+    assert (s.refusals, s.grow_after) == (1, r.now + 5.0)
+    assert "asking for more in 5 s (refusal 1 in a row)" in s.message
+    assert r(CapacityChanged(3), dt=4.0) is s, "each reallocation within the back-off asks nothing"
+    s = r(CapacityChanged(3), dt=1.5)
+    assert (s.phase, s.reason, s.target) == (Phase.RESCALING, "ScalingUp", 3), "asked again after 5 s"
+    s = r(WorkerRefused("d", "request-exceeds-card", "still no room"))
+    assert (s.target, s.refusals, s.grow_after) == (2, 2, r.now + 10.0), "doubled"
+    assert r(CapacityChanged(3), dt=9.0).target == 2
+    assert r(CapacityChanged(3), dt=1.5).target == 3
+    r(WorkersPlaced(frozenset("e")))
+    s = r(WorkerStarted("e"))
+    assert s.refusals == 0, "a newcomer that started ends the run of refusals"
+    assert r(WorkerRefused("x", "bind-failed", "stray")).refusals == 0
+
+
+def test_a_scale_command_lifts_a_refusals_back_off() -> None:
+    r = Run(job(2, 4))
+    r.running("a", "b")
+    r(CapacityChanged(4))
+    s = r(WorkerRefused("c", "request-exceeds-card", "no room"))
+    assert (s.target, s.phase) == (2, Phase.RUNNING) and s.grow_after > r.now
+    s = r(ScaleCommand(4))
+    assert (s.target, s.refusals, s.grow_after) == (4, 0, 0.0), "the user's scale asks at once"
 
 
 def test_a_refusal_that_leaves_fewer_than_min_restarts_the_job() -> None:

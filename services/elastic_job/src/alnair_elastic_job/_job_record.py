@@ -35,7 +35,8 @@ def record_to_proto(t: TrackedJob, now: float) -> job_pb2.TrainingJobRecord:
         placed=sorted(s.placed), started=sorted(s.started), stopping=sorted(s.stopping),
         ended=sorted(s.ended), heard=sorted(s.heard), heard_round=s.heard_round,
         succeeded=s.succeeded, retry_at=s.retry_at, running_seconds=s.running_seconds,
-        incarnation=s.incarnation, step=s.step, slowest_step_seconds=s.slowest_step)
+        incarnation=s.incarnation, step=s.step, slowest_step_seconds=s.slowest_step,
+        refusals=s.refusals, grow_after=s.grow_after)
     if s.wish is not None:
         rec.wish = s.wish
     if s.first_run_at is not None:
@@ -64,7 +65,7 @@ def record_from_proto(rec: job_pb2.TrainingJobRecord) -> TrackedJob:
         heard_round=rec.heard_round, succeeded=rec.succeeded, retry_at=rec.retry_at,
         running_seconds=rec.running_seconds, incarnation=rec.incarnation, step=rec.step,
         last_step_at=rec.last_step_at if rec.HasField("last_step_at") else None,
-        slowest_step=rec.slowest_step_seconds,
+        slowest_step=rec.slowest_step_seconds, refusals=rec.refusals, grow_after=rec.grow_after,
         first_run_at=rec.first_run_at if rec.HasField("first_run_at") else None,
         cause=st.cause,
         previous=phase_from_proto(st.previous_phase) if st.previous_phase else None)

@@ -134,6 +134,10 @@ class JobStatus:
     slowest_step: float = 0.0
     succeeded: int = 0
     retry_at: float = 0.0
+    # Newcomers refused in a row (reset when a worker starts), and until when the job does
+    # not ask for more workers than it has: the restart back-off, doubling per refusal.
+    refusals: int = 0
+    grow_after: float = 0.0
     cause: str = "submitted"
     previous: Phase | None = None
 

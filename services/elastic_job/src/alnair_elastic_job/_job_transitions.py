@@ -54,14 +54,16 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
     if isinstance(event, CapacityChanged):
         return _retarget(job, replace(s, grant=max(0, event.grant)), s, now, event.kind,
                          event.never_fits)
-    if isinstance(event, ScaleCommand):
-        return _retarget(job, replace(s, wish=_checked_scale(job, event.replicas)), s, now, event.kind)
+    if isinstance(event, ScaleCommand):  # the user asks: a refusal's hold is lifted
+        return _retarget(job, replace(s, wish=_checked_scale(job, event.replicas), refusals=0,
+                                      grow_after=0.0), s, now, event.kind)
     if isinstance(event, WorkersPlaced):
         return _placed(job, s, event.workers, now)
     if isinstance(event, WorkerStarted):
         if event.worker not in s.alive or event.worker in s.started:
             return s
-        return _settle(job, s, replace(s, started=s.started | {event.worker}), now, event.kind)
+        return _settle(job, s, replace(s, started=s.started | {event.worker}, refusals=0), now,
+                       event.kind)
     if isinstance(event, WorkerExited):
         return _exited(job, s, event, now)
     if isinstance(event, WorkerRefused):
@@ -85,7 +87,10 @@ def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -
     replacement, or one to grow by; pending, or bound and not started) and goes on with the
     workers it has: its target becomes their number, so the adapters withdraw the refused one
     and the job does not wait for it (a growing job went on to time out its rendezvous and
-    restart). The next grant (each reallocation) asks again: no back-off yet."""
+    restart). It asks for more again after the restart back-off of spec.restartPolicy,
+    doubled for each newcomer refused in a row (reset when a worker starts, lifted by a
+    scale command): asked at each reallocation, a refused newcomer was created, refused and
+    withdrawn at the scheduler's pace."""
     if (event.code in GANG_REFUSALS or event.worker in s.stopping | s.ended
             or event.rendezvous_id not in ("", rendezvous_id(job, s))):
         return s
@@ -95,14 +100,17 @@ def _refused(job: TrainingJob, s: JobStatus, event: WorkerRefused, now: float) -
             return s  # a started worker was placed: a late or stray refusal
         if w not in s.placed and s.target <= len(s.alive):
             return s  # no worker is asked for: nothing to give up on
+        hold = job.restart.backoff(s.refusals)
         gone = replace(s, placed=s.placed - {w}, world=s.world - {w}, heard=s.heard - {w},
-                       ended=s.ended | {w}, target=len(s.alive - {w}))
+                       ended=s.ended | {w}, target=len(s.alive - {w}), refusals=s.refusals + 1,
+                       grow_after=now + hold)
         what = f"the scheduler refused worker {w} ({event.code or 'refused'}: {event.reason})"
         if len(gone.alive) < job.min_replicas:
             return _restart(job, gone, "WorkerRefused", what, now, event.kind)
         if _ready(job, gone):
             return _settle(job, s, gone, now, event.kind)
-        going_on = f"{what}; going on with {len(gone.alive)} workers, asking for more at the next grant"
+        going_on = (f"{what}; going on with {len(gone.alive)} workers, asking for more in "
+                    f"{hold:.0f} s (refusal {gone.refusals} in a row)")
         # Growing by it, the world never stopped: with nobody else to wait for, it trains on.
         # (After a failure the survivors meet anew: Rescaling until their round closes.)
         if s.reason == "ScalingUp" and gone.world and gone.alive == gone.world:
@@ -269,6 +277,8 @@ def _retarget(job: TrainingJob, s: JobStatus, before: JobStatus, now: float, cau
     target = min(desired(job, s), s.grant)
     if s.phase is Phase.SCHEDULING and s.reason == "ScaledDownToMin":
         target = min(target, job.min_replicas)
+    if s.phase in (Phase.RUNNING, Phase.RESCALING) and now < s.grow_after:
+        target = min(target, max(len(s.alive), job.min_replicas))  # a refusal's back-off
     if s.phase is Phase.PENDING:
         if target < job.min_replicas:
             if never_fits:
