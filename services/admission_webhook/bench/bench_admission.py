@@ -36,7 +36,7 @@ import httpx
 
 from alnair.v1 import cache_pb2
 from alnair_admission_webhook import AdmissionServer, CacheEndpoint, DatasetCatalog
-from alnair_common import Bus, TypedKV
+from alnair_common import Bus, TypedKV, subjects
 from alnair_common.natsd import NatsServer, free_port
 from alnair_common.testing.kube import start_kube_plane
 from alnair_common.testing.testbin import locate
@@ -65,7 +65,7 @@ async def _known(url: str, names: tuple[str, ...]) -> None:
     """The data sets as the hydrator reports them (the normal case: pods name data sets
     that exist; an unknown one would add a Warning Event per pod)."""
     bus = await Bus.connect(url, service="cache-hydrator")
-    kv = await TypedKV.open(bus, "cache_datasets", cache_pb2.CacheDatasetStatus)
+    kv = await TypedKV.open(bus, subjects.CACHE_DATASETS_BUCKET, cache_pb2.CacheDatasetStatus)
     for name in names:
         spec = cache_pb2.CacheDatasetSpec(name=name, namespace=NS, source=f"s3://{name}/")
         await kv.put(f"{NS}.{name}", cache_pb2.CacheDatasetStatus(

@@ -190,7 +190,7 @@ async def gangs(args: argparse.Namespace, nats: NatsServer, work: Path) -> dict:
         end = time.time()
         partial = [g for g in sizes if 0 < bound_members[g] < sizes[g]]
         # Once every bound member has finished, nothing may stay committed.
-        kv = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
+        kv = await TypedKV.open(bus, subjects.GPU_ALLOCATIONS_BUCKET, allocation_pb2.CardAllocation)
         deadline = time.time() + 15
         left = -1
         while time.time() < deadline:

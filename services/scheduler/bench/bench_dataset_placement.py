@@ -48,7 +48,7 @@ from bench_e2e import (
 from kubernetes import client as k8s
 
 from alnair.v1 import allocation_pb2, cache_pb2
-from alnair_common import Bus, TypedKV
+from alnair_common import Bus, TypedKV, subjects
 from alnair_common.annotations import DATASET
 from alnair_common.natsd import NatsServer, free_port
 from alnair_common.testing._server_process import ServerProcess
@@ -63,7 +63,7 @@ def holder(i: int, nodes: list[str]) -> str:
 
 async def publish_datasets(url: str, namespaces: list[str], count: int, nodes: list[str]) -> None:
     bus = await Bus.connect(url, service="bench")
-    kv = await TypedKV.open(bus, "cache_datasets", cache_pb2.CacheDatasetStatus)
+    kv = await TypedKV.open(bus, subjects.CACHE_DATASETS_BUCKET, cache_pb2.CacheDatasetStatus)
     for ns in namespaces:
         for i in range(count):
             name = f"ds-{i:03d}"
@@ -77,7 +77,7 @@ async def publish_datasets(url: str, namespaces: list[str], count: int, nodes: l
 
 async def shares_left(url: str) -> int:
     bus = await Bus.connect(url, service="bench")
-    kv = await TypedKV.open(bus, "gpu_allocations", allocation_pb2.CardAllocation)
+    kv = await TypedKV.open(bus, subjects.GPU_ALLOCATIONS_BUCKET, allocation_pb2.CardAllocation)
     total = 0
     for key in await kv.keys():
         entry = await kv.get(key)

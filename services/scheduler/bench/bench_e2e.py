@@ -45,6 +45,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from alnair.v1 import inventory_pb2
+from alnair_common import subjects
 from alnair_common.natsd import NatsServer, free_port
 from alnair_common.testing._server_process import ServerProcess
 from alnair_common.testing.kube import project_crd_files, start_kube_plane
@@ -161,7 +162,6 @@ async def stream_times(url: str, namespace: str) -> dict[str, dict[str, float]]:
     import nats
 
     from alnair.v1 import scheduling_pb2, workload_pb2
-    from alnair_common import subjects
 
     nc = await nats.connect(url)
     js = nc.jetstream()
@@ -287,12 +287,12 @@ def publish_inventories(nats_url: str, names: list[str], gpus: int, memory_gib: 
     """Each node's NodeInventory, in its bucket and on its subject, as the device plugin does."""
     import asyncio
 
-    from alnair_common import Bus, TypedKV, ensure_streams, subjects
+    from alnair_common import Bus, TypedKV, ensure_streams
 
     async def inventories() -> None:
         bus = await Bus.connect(nats_url, service="bench")
         await ensure_streams(bus)
-        kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+        kv = await TypedKV.open(bus, subjects.NODE_INVENTORY_BUCKET, inventory_pb2.NodeInventory)
         for n in names:
             inv = inventory_pb2.NodeInventory(node=n, gpus=[inventory_pb2.Gpu(
                 uuid=f"GPU-{n}-{i}", index=i, memory_bytes=memory_gib * GIB,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from alnair.v1 import inventory_pb2
-from alnair_common import Bus, RevisionConflictError, TypedKV
+from alnair_common import Bus, PermanentError, RevisionConflictError, TypedKV, subjects
 
 
 def _inv(count: int) -> inventory_pb2.NodeInventory:
@@ -23,6 +23,16 @@ async def test_compare_and_set_conflict_is_detected(bus: Bus) -> None:
         await kv.update("n1", _inv(3), rev)  # second writer saw the old revision
     current = await kv.get("n1")
     assert current is not None and len(current.value.gpus) == 2
+
+
+async def test_a_bucket_the_subject_table_does_not_name_is_refused_and_not_created(bus: Bus) -> None:
+    with pytest.raises(PermanentError, match=r"'node_inventroy' is not in alnair_common.subjects.BUCKETS"
+                       r" \(node_inventory, .*\); use one of its \*_BUCKET names"):
+        await TypedKV.open(bus, "node_inventroy", inventory_pb2.NodeInventory)
+    names = [info.config.name for info in await bus.js.streams_info()]
+    assert "KV_node_inventroy" not in names, "a misspelt bucket was created"
+    kv = await TypedKV.open(bus, subjects.NODE_INVENTORY_BUCKET, inventory_pb2.NodeInventory)
+    assert kv.bucket == "node_inventory"
 
 
 async def test_create_refuses_an_existing_key(bus: Bus) -> None:

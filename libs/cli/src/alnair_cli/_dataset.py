@@ -27,7 +27,7 @@ from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
 from ._platform import BusTarget
 from ._run import RunRequest
 
-BUCKET = "cache_datasets"
+BUCKET = subjects.CACHE_DATASETS_BUCKET
 PHASES = {cache_pb2.CACHE_PHASE_PENDING: "pending", cache_pb2.CACHE_PHASE_HYDRATING: "hydrating",
           cache_pb2.CACHE_PHASE_READY: "ready", cache_pb2.CACHE_PHASE_FAILED: "failed",
           cache_pb2.CACHE_PHASE_REMOVED: "removed", cache_pb2.CACHE_PHASE_EVICTED: "evicted"}

@@ -34,7 +34,7 @@ from alnair_local_agent import JobFiles
 
 from ._run import RunRequest
 
-BUCKET = "training_jobs"
+BUCKET = subjects.TRAINING_JOBS_BUCKET
 NAMESPACE = "default"  # a TrainingJob without one is in "default", as in Kubernetes
 # How long `alnair job submit` waits for the controller to answer, and then for the
 # allocator's first word on a pending job (it divides the cards every second).

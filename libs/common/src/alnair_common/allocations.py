@@ -22,10 +22,11 @@ import weakref
 
 from alnair.v1 import allocation_pb2, common_pb2
 
+from . import subjects
 from .bus import Bus, TypedKV
 from .errors import PermanentError
 
-BUCKET = "gpu_allocations"
+BUCKET = subjects.GPU_ALLOCATIONS_BUCKET
 NOT_COMMITTED = "not-committed"
 WRONG_NODE = "wrong-node"
 WRONG_SHARE = "wrong-share"

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 from alnair.v1 import platform_pb2
 
+from . import subjects
 from .bus import Bus, TypedKV
 from .errors import RevisionConflictError, TemporaryError
 from .logs import get_logger
 
-BUCKET = "leases"
+BUCKET = subjects.LEASES_BUCKET
 RELEASE_SECONDS = 2.0  # handing the lease back at a stop: at most this long
 log = get_logger("alnair.leadership")
 

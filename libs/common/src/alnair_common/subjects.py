@@ -201,26 +201,35 @@ STREAMS: tuple[StreamSpec, ...] = (
                max_bytes=64 << 20),
 )
 
+# The KV buckets, by name: services open them through these (TypedKV.open refuses any other).
+NODE_INVENTORY_BUCKET = "node_inventory"
+GPU_ALLOCATIONS_BUCKET = "gpu_allocations"
+WORKLOAD_STATES_BUCKET = "workload_states"
+PODGROUP_STATES_BUCKET = "podgroup_states"
+LEASES_BUCKET = "leases"
+CACHE_DATASETS_BUCKET = "cache_datasets"
+TRAINING_JOBS_BUCKET = "training_jobs"
+
 BUCKETS: tuple[BucketSpec, ...] = (
-    BucketSpec("node_inventory", "NodeInventory per node; the scheduler rebuilds from it.",
+    BucketSpec(NODE_INVENTORY_BUCKET, "NodeInventory per node; the scheduler rebuilds from it.",
                writers=("device-plugin", *ADAPTERS), readers=("scheduler", "elastic-job")),
-    BucketSpec("gpu_allocations", "Committed GPU shares per card, updated by compare-and-set.",
+    BucketSpec(GPU_ALLOCATIONS_BUCKET, "Committed GPU shares per card, updated by compare-and-set.",
                writers=("scheduler",),
                readers=(*ADAPTERS, "device-plugin", "exporter", "elastic-job")),
-    BucketSpec("workload_states", "Last WorkloadEvent an adapter published per workload uid: "
+    BucketSpec(WORKLOAD_STATES_BUCKET, "Last WorkloadEvent an adapter published per workload uid: "
                "a restarted adapter neither repeats nor skips a transition; the cache "
                "hydrator reads which data sets live workloads name, a restarted elastic-job "
                "controller which job each live worker belongs to.",
                writers=ADAPTERS, readers=("scheduler", "cache-hydrator", "elastic-job")),
-    BucketSpec("podgroup_states", "Last PodGroup kube-bridge published per PodGroup uid.",
+    BucketSpec(PODGROUP_STATES_BUCKET, "Last PodGroup kube-bridge published per PodGroup uid.",
                writers=("kube-bridge",), readers=("scheduler",)),
-    BucketSpec("leases", "Who leads each replicated service (alnair_common.leadership).",
+    BucketSpec(LEASES_BUCKET, "Who leads each replicated service (alnair_common.leadership).",
                history=1, writers=("scheduler", "elastic-job")),
-    BucketSpec("cache_datasets", "Latest CacheDatasetStatus (with its spec) per dataset: what "
+    BucketSpec(CACHE_DATASETS_BUCKET, "Latest CacheDatasetStatus (with its spec) per dataset: what "
                "`alnair dataset ls` shows and what a restarted cache hydrator resumes; the "
                "scheduler reads where each data set is hot (`nodes`).",
                writers=("cache-hydrator",), readers=("scheduler", "kube-bridge", "admission-webhook")),
-    BucketSpec("training_jobs", "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
+    BucketSpec(TRAINING_JOBS_BUCKET, "TrainingJobRecord per job (`<namespace>.<name>`): spec, state and "
                "worker sets, from which a restarted elastic-job controller resumes.",
                writers=("elastic-job",)),
 )

@@ -25,7 +25,7 @@ from alnair_common import Bus, RevisionConflictError, TemporaryError, TypedKV, g
 
 from ._phases import is_after, phase_name, rank
 
-BUCKET = "workload_states"  # each workload's last event, keyed by statestate_key(uid)
+BUCKET = subjects.WORKLOAD_STATES_BUCKET  # each workload's last event, keyed by statestate_key(uid)
 log = get_logger("alnair.lifecycle")
 
 

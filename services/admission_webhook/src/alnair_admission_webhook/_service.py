@@ -18,7 +18,7 @@ from typing import ClassVar
 from kubernetes import client as k8s
 
 from alnair.v1 import cache_pb2
-from alnair_common import KVWatch, Service, ServiceSettings, TypedKV
+from alnair_common import KVWatch, Service, ServiceSettings, TypedKV, subjects
 from alnair_common.kube_client import api_client
 
 from ._catalog import DatasetCatalog
@@ -31,7 +31,7 @@ from ._server import AdmissionServer
 from ._settings import AdmissionWebhookSettings
 from ._tls_secret import LoadedPki, PkiPolicy, TlsSecret, names_for, patch_ca_bundle
 
-BUCKET = "cache_datasets"
+BUCKET = subjects.CACHE_DATASETS_BUCKET
 CATCH_UP_SECONDS = 30.0
 
 

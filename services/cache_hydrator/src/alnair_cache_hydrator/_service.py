@@ -45,7 +45,7 @@ from ._tier_stats import TierStats
 from ._workload_readers import BUCKET as WORKLOADS_BUCKET
 from ._workload_readers import WorkloadReaders
 
-BUCKET = "cache_datasets"
+BUCKET = subjects.CACHE_DATASETS_BUCKET
 ACTIVE = (Phase.PENDING, Phase.HYDRATING)
 CATCH_UP_SECONDS = 30.0
 

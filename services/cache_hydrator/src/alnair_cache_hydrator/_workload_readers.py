@@ -15,11 +15,11 @@ A malformed annotation names nothing here (the admission webhook reports it on t
 from __future__ import annotations
 
 from alnair.v1 import common_pb2, workload_pb2
-from alnair_common import KVUpdate, KVWatch
+from alnair_common import KVUpdate, KVWatch, subjects
 from alnair_common.annotations import DATASET
 from alnair_common.dataset_refs import DatasetRefError, pod_datasets
 
-BUCKET = "workload_states"
+BUCKET = subjects.WORKLOAD_STATES_BUCKET
 LIVE = (workload_pb2.WORKLOAD_PHASE_PENDING, workload_pb2.WORKLOAD_PHASE_BOUND,
         workload_pb2.WORKLOAD_PHASE_RUNNING)
 

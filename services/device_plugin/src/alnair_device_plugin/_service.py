@@ -91,7 +91,7 @@ class DevicePluginService(Service):
         self.index = AssignmentIndex(s.state_dir)
         self.workspaces = Workspaces(s.workspace_root)
         self._remove_orphan_workspaces()
-        self._inventory_kv = await TypedKV.open(self.bus, "node_inventory", inventory_pb2.NodeInventory)
+        self._inventory_kv = await TypedKV.open(self.bus, subjects.NODE_INVENTORY_BUCKET, inventory_pb2.NodeInventory)
         await self.publish_inventory(gpus)
 
         durable = "device-plugin-" + re.sub(r"[^A-Za-z0-9_-]", "_", self.node)

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from alnair.v1 import allocation_pb2, inventory_pb2
+from alnair_common import subjects
 
 from ._allocator import FreeCard
 
 GIB = 1024**3
-INVENTORY_BUCKET = "node_inventory"
-ALLOCATIONS_BUCKET = "gpu_allocations"
+INVENTORY_BUCKET = subjects.NODE_INVENTORY_BUCKET
+ALLOCATIONS_BUCKET = subjects.GPU_ALLOCATIONS_BUCKET
 
 
 def whole_cards(inventories: Iterable[inventory_pb2.NodeInventory]) -> list[FreeCard]:

@@ -9,6 +9,7 @@ timeouts run on from the same wall-clock instants.
 from __future__ import annotations
 
 from alnair.v1 import job_pb2
+from alnair_common import subjects
 
 from ._controller import TrackedJob
 from ._errors import JobSpecError
@@ -16,7 +17,7 @@ from ._job_codec import from_proto
 from ._job_states import JobStatus
 from ._state_codec import phase_from_proto, state_to_proto
 
-BUCKET = "training_jobs"
+BUCKET = subjects.TRAINING_JOBS_BUCKET
 
 
 def record_key(namespace: str, name: str) -> str:

@@ -30,7 +30,7 @@ class NodeEvents:
 
     @classmethod
     async def open(cls, bus: Bus, lost: LostNodes | None = None) -> NodeEvents:
-        return cls(bus, await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory), lost)
+        return cls(bus, await TypedKV.open(bus, subjects.NODE_INVENTORY_BUCKET, inventory_pb2.NodeInventory), lost)
 
     async def handle(self, item: Synced | Changed) -> None:
         if isinstance(item, Changed):

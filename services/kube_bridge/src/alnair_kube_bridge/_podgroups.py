@@ -18,7 +18,7 @@ from alnair_common import Bus, TypedKV, get_logger, subjects
 from ._watch import Changed, Synced
 
 API_VERSION = "alnair.centaurus.io/v1alpha1"
-BUCKET = "podgroup_states"
+BUCKET = subjects.PODGROUP_STATES_BUCKET
 log = get_logger("alnair.kube-bridge.podgroups")
 
 

@@ -108,9 +108,8 @@ class KubeBridgeService(Service):
         nodes = await NodeEvents.open(self.bus, LostNodes(core, ns))
         training_jobs = TrainingJobs(self.bus, self.api, ns)
         datasets = Datasets(self.bus, self.api, ns)
-        dataset_pods = DatasetPods(
-            self.bus, self.api, await TypedKV.open(self.bus, "cache_datasets", cache_pb2.CacheDatasetStatus),
-            datasets.objects, datasets.touched)
+        statuses = await TypedKV.open(self.bus, subjects.CACHE_DATASETS_BUCKET, cache_pb2.CacheDatasetStatus)
+        dataset_pods = DatasetPods(self.bus, self.api, statuses, datasets.objects, datasets.touched)
 
         async def pod_handle(item: Item) -> None:  # both idempotent: a retry repeats both
             await pods.handle(item)

@@ -30,6 +30,6 @@ def discover(spec: str) -> NodeGpus:
 async def publish_inventory(bus: Bus, node: str, gpus: NodeGpus) -> inventory_pb2.NodeInventory:
     message = to_proto(gpus, node)
     await bus.publish(subjects.node_inventory(node), message)
-    kv = await TypedKV.open(bus, "node_inventory", inventory_pb2.NodeInventory)
+    kv = await TypedKV.open(bus, subjects.NODE_INVENTORY_BUCKET, inventory_pb2.NodeInventory)
     await kv.put(subjects.token(node), message)
     return message

@@ -50,10 +50,10 @@ from ._outbox import Outbox
 from ._store import AllocationStore
 from ._utilisation import UtilisationTracker
 
-INVENTORY_BUCKET = "node_inventory"
-WORKLOAD_STATES_BUCKET = "workload_states"
-PODGROUP_STATES_BUCKET = "podgroup_states"
-CACHE_DATASETS_BUCKET = "cache_datasets"
+INVENTORY_BUCKET = subjects.NODE_INVENTORY_BUCKET
+WORKLOAD_STATES_BUCKET = subjects.WORKLOAD_STATES_BUCKET
+PODGROUP_STATES_BUCKET = subjects.PODGROUP_STATES_BUCKET
+CACHE_DATASETS_BUCKET = subjects.CACHE_DATASETS_BUCKET
 M = TypeVar("M", bound=Message)
 
 

@@ -22,7 +22,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from .. import subjects
-from ..errors import BusUnavailableError, RevisionConflictError, TemporaryError
+from ..errors import BusUnavailableError, PermanentError, RevisionConflictError, TemporaryError
 from ._client import Bus
 from ._kv_watch import KVWatch
 
@@ -60,12 +60,17 @@ class TypedKV(Generic[M]):
 
     @classmethod
     async def open(cls, bus: Bus, bucket: str, message_type: type[M]) -> TypedKV[M]:
-        """Open ``bucket``, creating it from the table in alnair_common.subjects if absent."""
+        """Open ``bucket``, creating it from the table in alnair_common.subjects if absent. A
+        bucket the table does not name is refused: a misspelt name would otherwise create
+        an empty bucket of its own, and its reader would wait on it for ever."""
         spec = next((b for b in subjects.BUCKETS if b.name == bucket), None)
+        if spec is None:
+            known = ", ".join(b.name for b in subjects.BUCKETS)
+            raise PermanentError(f"KV bucket {bucket!r} is not in alnair_common.subjects.BUCKETS "
+                                 f"({known}); use one of its *_BUCKET names, or add the bucket there")
         try:
             kv = await bus.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            spec = spec or subjects.BucketSpec(bucket, "")
             kv = await bus.js.create_key_value(
                 KeyValueConfig(bucket=bucket, history=spec.history, description=spec.description,
                                max_bytes=spec.max_bytes, storage=StorageType.FILE)
