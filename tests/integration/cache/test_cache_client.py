@@ -93,6 +93,26 @@ def test_a_miss_is_written_back_and_the_next_epoch_hits(any_url, data):
         assert second.stats.misses == 0
 
 
+def test_a_chunk_file_cut_short_in_the_directory_tier_is_read_from_the_source(tmp_path, data):
+    """A chunk found shorter than its place in the file says (disk trouble, another writer)
+    is a miss, read from the source, not short data handed to the training loop."""
+    root, files = data
+    url = f"dir://{tmp_path}/tier"
+    tier = tier_of(url)
+    hydrate_directly(tier, "ds", f"file://{root}")
+    big = sorted(p for p in files if len(files[p]) > MIB)[0]
+    first_chunk = tier.file_entry("ds", big).chunks[0]
+    chunk_file = next((tmp_path / "tier" / "t" / "chunks").glob(f"*/{first_chunk}"))
+    with DatasetReader("ds", tier_url=url, prefix="t", source=f"file://{root}",
+                       write_back=False) as reader:
+        assert reader.read(big) == files[big] and reader.stats.hits == 1
+        with chunk_file.open("r+b") as f:
+            f.truncate(MIB // 2)
+        assert reader.read(big) == files[big], "short data returned"
+        assert reader.read(big, MIB - 10, MIB + 10) == files[big][MIB - 10:MIB + 10]
+        assert (reader.stats.hits, reader.stats.misses) == (1, 2)
+
+
 def test_killing_the_redis_server_while_reading_falls_back_to_the_source(redis_node, data):
     root, files = data
     node = redis_node()

@@ -268,6 +268,8 @@ class DatasetReader:
             return None  # freed or lost since the entry was read: the source has it
         first = span.start * entry.chunk_bytes
         data = b"".join(chunks)  # type: ignore[arg-type]
+        if len(data) != min(span.stop * entry.chunk_bytes, entry.size) - first:
+            return None  # a chunk cut short (disk trouble, another writer): the source has it
         return data[start - first:end - first]
 
     def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
