@@ -120,7 +120,9 @@ class RestartPolicy(_message.Message):
     max_restarts: _builtins.int
     """Worker failures the job survives in total; one more ends it in Failed."""
     backoff_seconds: _builtins.float
-    """Wait before the first restart; doubled on each further restart."""
+    """Wait before the first restart, and before asking again for a worker the scheduler
+    refused; doubled on each further restart (refusal in a row).
+    """
     max_backoff_seconds: _builtins.float
     """The doubling stops here."""
     def __init__(

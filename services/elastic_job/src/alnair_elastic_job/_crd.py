@@ -101,7 +101,8 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "properties": {
                     "maxRestarts": _int(0, MAX_RESTARTS, "Worker failures the job survives"),
-                    "backoffSeconds": _seconds("Wait before the first restart, doubled each time"),
+                    "backoffSeconds": _seconds("Wait before the first restart, and before asking again for "
+                                                "a worker the scheduler refused; doubled each time"),
                     "maxBackoffSeconds": _seconds("The doubling stops here"),
                 },
                 "x-kubernetes-validations": [
