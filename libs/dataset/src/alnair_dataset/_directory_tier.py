@@ -45,6 +45,7 @@ class DirectoryTier(CacheTier):
         self.budget_bytes = budget_bytes
         for sub in ("chunks", "refs", "usage", "locks", "datasets", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._chunks = str(self.root / "chunks")
 
     # -- paths and locks --------------------------------------------------------------------
 
@@ -112,12 +113,21 @@ class DirectoryTier(CacheTier):
         (refs / quote(dataset, safe="")).touch()
 
     def get_chunks(self, chunks: list[str]) -> list[bytes | None]:
+        """Each chunk's bytes (None: absent). The hot path of every warm read: a path built
+        as a string and one open, fstat and read (7 µs for a 16 KiB chunk, where Path's
+        read_bytes took 15-20 µs, half of it building the path). A chunk file read short
+        (cut meanwhile) is caught by the reader's length check."""
         out: list[bytes | None] = []
         for chunk in chunks:
             try:
-                out.append(self._chunk(chunk).read_bytes())
+                fd = os.open(f"{self._chunks}/{chunk[:2]}/{chunk}", os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 out.append(None)
+                continue
+            try:
+                out.append(os.read(fd, os.fstat(fd).st_size))
+            finally:
+                os.close(fd)
         return out
 
     # -- manifests --------------------------------------------------------------------------
