@@ -27,16 +27,26 @@
  * for CI_MONITOR_REFERENCE_PERIODS control periods out of every
  * CI_MONITOR_REFERENCE_EVERY while that holds.
  *
- * A workload that cannot fill the card alone (a launch-bound loop of small kernels, host
- * work between launches: NVML's device utilisation below CI_MONITOR_FULL_LOAD while it
- * runs alone without a limit) does flat out what its own pace allows, not what the card
- * could: a time limit above the share of the time it uses would not bind it at all
- * (the H200: a loop at 20-28 % busy got 85-87 % of its work under 50 and 30 % limits).
- * Its pace then is the 100 % mark: the tokens per second it spent alone without a limit
- * (a moving mean over the windows it launched in, the last ~0.4 s before the limit), and
- * a limit caps its rate at that pace x the limit, whatever the time measurement allows
- * (ci_monitor_pace_cap). A workload limited from its first launch has no such pace: its
- * limit is a share of the time.
+ * Flat out is 100 %: the sampled durations over-state how long a kernel holds the card.
+ * A kernel timed between two events cannot overlap the one before it as back-to-back
+ * kernels do, and a graph timed into an idle stream carries the host's launch latency
+ * (H100: timed 4096^2 matmuls averaged 220 us where the loop ran one per 206 us flat out,
+ * so every limit held ~8 % low: 90 % gave 83 % of the work). While the workload has the
+ * card to itself at full load with no limit, each period between two such NVML verdicts
+ * that holds samples compares the card's time per token (the period / the tokens spent)
+ * with the sampled work per token; the mean of that ratio over the last ~16 periods
+ * scales the measurement (ci_monitor_calibrate), so the workload flat out reads 100 %.
+ *
+ * A workload that never filled the card alone (a launch-bound loop of small kernels, host
+ * work between launches: never CI_MONITOR_FULL_LOAD busy while it ran alone without a
+ * limit) does flat out what its own pace allows, not what the card could: a time limit
+ * above the share of the time it uses would not bind it at all (the H200: a loop at
+ * 20-28 % busy got 85-87 % of its work under 50 and 30 % limits). Its pace then is the
+ * 100 % mark: the tokens per second it spent alone without a limit (a moving mean over the
+ * windows it launched in, the last ~0.4 s before the limit), and a limit caps its rate at
+ * that pace x the limit, whatever the time measurement allows (ci_monitor_pace_cap). A
+ * workload limited from its first launch has no such pace: its limit is a share of the
+ * time.
  *
  * Fallbacks, always towards enforcing: samples that never name the workload's
  * processes (pid namespaces) for over a second -> whole-device utilisation
@@ -74,6 +84,10 @@
 #define CI_MONITOR_REFERENCE_PERIODS 2   /* sampled control periods without a limit ... */
 #define CI_MONITOR_REFERENCE_EVERY 20    /* ... out of every this many (100 ms a second) */
 #define CI_MONITOR_PACE_WEIGHT 8         /* pace: moving mean, 1/8 per control period */
+#define CI_MONITOR_SCALE_PERIODS 16      /* the flat-out scale: mean over ~this many periods */
+#define CI_MONITOR_SCALE_MIN_SAMPLES 4   /* a period's scale needs this many samples */
+#define CI_MONITOR_SCALE_MIN 0.5         /* a period's scale outside these is no measurement */
+#define CI_MONITOR_SCALE_MAX 1.5
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -84,8 +98,10 @@ struct ci_monitor_dev {
     struct ci_controller ctl;
     bool started;
     bool full_load; /* NVML's last samples: the device at full load, the workload alone */
-    double pace;      /* tokens/s alone without a limit (moving mean); 0: never seen */
-    double pace_busy; /* NVML's device utilisation meanwhile (moving mean), percent */
+    uint64_t verdict_ns; /* when NVML's samples last said whether it was */
+    double scale;   /* card ns per sampled work ns flat out (mean); 0: never at full load */
+    uint32_t scale_periods; /* how many periods scale averages (at most SCALE_PERIODS) */
+    double pace;    /* tokens/s alone without a limit (moving mean); 0: never seen */
     uint64_t last_seen_us;
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
@@ -208,8 +224,34 @@ static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t n
     if (b->gputime.samples - a->gputime.samples < CI_MONITOR_GPUTIME_MIN_SAMPLES ||
         b->gputime.cost <= a->gputime.cost)
         return -1.0;
-    return (double)(b->gputime.work_ns - a->gputime.work_ns) /
-           (double)(b->gputime.cost - a->gputime.cost);
+    double ns = (double)(b->gputime.work_ns - a->gputime.work_ns) /
+                (double)(b->gputime.cost - a->gputime.cost);
+    return m->scale > 0.0 ? ns * m->scale : ns;
+}
+
+/* Learns the flat-out scale from the period [t0, t1], which NVML saw at full load with the
+ * workload alone and no limit at both ends: the card's ns per token spent over the sampled
+ * work ns per token. A period without enough samples (launches are sampled in 2 control
+ * periods of every CI_MONITOR_REFERENCE_EVERY) or no launch says nothing. */
+static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0, uint64_t t1)
+{
+    const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
+    if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged ||
+        b->gputime.samples - a->gputime.samples < CI_MONITOR_SCALE_MIN_SAMPLES ||
+        b->gputime.cost <= a->gputime.cost || b->gputime.work_ns <= a->gputime.work_ns)
+        return;
+    double card = (double)(b->t_ns - a->t_ns) / (double)(b->charged - a->charged);
+    double sampled = (double)(b->gputime.work_ns - a->gputime.work_ns) /
+                     (double)(b->gputime.cost - a->gputime.cost);
+    double scale = card / sampled;
+    if (scale < CI_MONITOR_SCALE_MIN || scale > CI_MONITOR_SCALE_MAX)
+        return;
+    if (m->scale_periods < CI_MONITOR_SCALE_PERIODS)
+        m->scale_periods++;
+    m->scale += (scale - m->scale) / m->scale_periods;
+    ci_debug("dev %d: flat out the card spends %.0f ns per token, the samples say %.0f: "
+             "scale %.3f (mean %.3f over %u periods)", dev, card, sampled, scale, m->scale,
+             m->scale_periods);
 }
 
 /* Share of the GPU (percent) this process's launches took over [t0, now]:
@@ -225,32 +267,26 @@ static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t 
     return share > 100.0 ? 100.0 : share;
 }
 
-/* The most tokens/s a limit lets a workload spend that cannot fill the card alone: its
+/* The most tokens/s a limit lets a workload spend that never filled the card alone: its
  * own pace alone without a limit x the limit; 0 when there is no such cap. */
 static double ci_monitor_pace_cap(const struct ci_monitor_dev *m)
 {
-    if (m->pace <= 0.0 || m->pace_busy >= CI_MONITOR_FULL_LOAD || m->ctl.target >= 100.0)
+    if (m->pace <= 0.0 || m->scale > 0.0 || m->ctl.target >= 100.0)
         return 0.0;
     double cap = m->pace * m->ctl.target / 100.0;
     return cap < 1.0 ? 1.0 : cap;
 }
 
-/* Learns the workload's pace alone without a limit: tokens/s over the last share window
- * and NVML's device utilisation `device`, whenever it launched in that window. */
-static void ci_monitor_learn_pace(struct ci_monitor_dev *m, double device, uint64_t now)
+/* Learns the workload's pace alone without a limit: tokens/s over the last share window,
+ * whenever it launched in that window. */
+static void ci_monitor_learn_pace(struct ci_monitor_dev *m, uint64_t now)
 {
     uint64_t t0 = now > CI_MONITOR_SHARE_WINDOW_NS ? now - CI_MONITOR_SHARE_WINDOW_NS : 0;
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, now);
     if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
     double spent = (double)(b->charged - a->charged) * 1e9 / (double)(b->t_ns - a->t_ns);
-    if (m->pace <= 0.0) {
-        m->pace = spent;
-        m->pace_busy = device;
-    } else {
-        m->pace += (spent - m->pace) / CI_MONITOR_PACE_WEIGHT;
-        m->pace_busy += (device - m->pace_busy) / CI_MONITOR_PACE_WEIGHT;
-    }
+    m->pace = m->pace <= 0.0 ? spent : m->pace + (spent - m->pace) / CI_MONITOR_PACE_WEIGHT;
 }
 
 /* Applies one controller step for the window [t0, t1] (monotonic ns). */
@@ -321,10 +357,14 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         double device = 0.0;
         bool alone = target >= 100 && n > 0 && others == 0 &&
                      ci_nvml_device_util(dev, &device) == 0;
+        bool was_full = m->full_load;
         m->full_load = alone && device >= CI_MONITOR_FULL_LOAD;
         ci_gputime_set_full_load(dev, m->full_load);
+        if (was_full && m->full_load)
+            ci_monitor_calibrate(m, dev, m->verdict_ns, now);
+        m->verdict_ns = now;
         if (alone)
-            ci_monitor_learn_pace(m, device, now);
+            ci_monitor_learn_pace(m, now);
         ci_debug("dev %d: device %.0f%% busy, %d samples of others: full load %d", dev, device,
                  others, m->full_load);
     }
