@@ -286,8 +286,14 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
         s = NULL;
     }
     ci_driver.cuThreadExchangeStreamCaptureMode(&mode);
-    if (s == NULL)
+    if (s == NULL) {
+        /* Not timed (an idle stream, a capture, no free slot): the next launch may be. A
+         * loop that launches after each host gap would otherwise spend every interval on
+         * the first launch of a burst, always into an idle stream, and never be timed. */
+        uint64_t mine = now + CI_GPUTIME_INTERVAL_NS;
+        atomic_compare_exchange_strong(&ci_gputime_next_ns, &mine, next);
         return false;
+    }
     s->key = (uint64_t)(uintptr_t)fn ^ (cost * 0xC2B2AE3D27D4EB4Full);
     s->cost = cost;
     p->sample = s;

@@ -395,6 +395,23 @@ struct ci_gputime_totals {
 };
 void ci_gputime_read(int dev, struct ci_gputime_totals *out);
 void ci_gputime_after_fork_child(void);
+/* ---- ci_flatout.c -------------------------------------------------------- */
+
+/* Moving sums that tell what a workload's sampled GPU time is worth in the card's time,
+ * learnt while it runs alone without a limit. Zeroed: nothing learnt. */
+struct ci_flatout {
+    double card_ns, card_tokens;     /* windows without timed launches: card time, tokens */
+    double sampled_ns, sampled_cost; /* windows with: the samples' work ns and tokens */
+    uint64_t rate_windows, samples;
+};
+/* A window without timed launches: `card_ns` of the card's time were the workload's
+ * (the window's length flat out, NVML's share of it below), and it spent `tokens`. */
+void ci_flatout_rate(struct ci_flatout *f, double card_ns, double tokens);
+/* A window with timed launches: their work ns, tokens and count. */
+void ci_flatout_samples(struct ci_flatout *f, double work_ns, double cost, uint64_t samples);
+/* Card ns per sampled work ns (clamped to 0.2..2), 0 until enough of both was seen. */
+double ci_flatout_scale(const struct ci_flatout *f);
+
 /* ---- ci_controller.c ----------------------------------------------------- */
 
 struct ci_controller {

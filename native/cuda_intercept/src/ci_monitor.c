@@ -27,15 +27,11 @@
  * for CI_MONITOR_REFERENCE_PERIODS control periods out of every
  * CI_MONITOR_REFERENCE_EVERY while that holds.
  *
- * Flat out is 100 %: the sampled durations over-state how long a kernel holds the card.
- * A kernel timed between two events cannot overlap the one before it as back-to-back
- * kernels do, and a graph timed into an idle stream carries the host's launch latency
- * (H100: timed 4096^2 matmuls averaged 220 us where the loop ran one per 206 us flat out,
- * so every limit held ~8 % low: 90 % gave 83 % of the work). While the workload has the
- * card to itself at full load with no limit, each period between two such NVML verdicts
- * that holds samples compares the card's time per token (the period / the tokens spent)
- * with the sampled work per token; the mean of that ratio over the last ~16 periods
- * scales the measurement (ci_monitor_calibrate), so the workload flat out reads 100 %.
+ * The samples' time is worth less than it says (a kernel timed between events holds the
+ * card longer than its share of back-to-back throughput; H100: every limit held ~8 % low).
+ * While the workload runs alone without a limit, each window between two such NVML
+ * verdicts tells what its sampled time is worth in the card's time (ci_flatout.c), and the
+ * measurement is scaled by that, so that the workload flat out reads 100 %.
  *
  * A workload that never filled the card alone (a launch-bound loop of small kernels, host
  * work between launches: never CI_MONITOR_FULL_LOAD busy while it ran alone without a
@@ -84,10 +80,8 @@
 #define CI_MONITOR_REFERENCE_PERIODS 2   /* sampled control periods without a limit ... */
 #define CI_MONITOR_REFERENCE_EVERY 20    /* ... out of every this many (100 ms a second) */
 #define CI_MONITOR_PACE_WEIGHT 8         /* pace: moving mean, 1/8 per control period */
-#define CI_MONITOR_SCALE_PERIODS 16      /* the flat-out scale: mean over ~this many periods */
-#define CI_MONITOR_SCALE_MIN_SAMPLES 4   /* a period's scale needs this many samples */
-#define CI_MONITOR_SCALE_MIN 0.5         /* a period's scale outside these is no measurement */
-#define CI_MONITOR_SCALE_MAX 1.5
+
+enum { CI_MONITOR_ALONE_NO, CI_MONITOR_ALONE_PARTLY, CI_MONITOR_ALONE_FULL };
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
@@ -97,10 +91,12 @@ struct ci_monitor_point {
 struct ci_monitor_dev {
     struct ci_controller ctl;
     bool started;
-    bool full_load; /* NVML's last samples: the device at full load, the workload alone */
-    uint64_t verdict_ns; /* when NVML's samples last said whether it was */
-    double scale;   /* card ns per sampled work ns flat out (mean); 0: never at full load */
-    uint32_t scale_periods; /* how many periods scale averages (at most SCALE_PERIODS) */
+    int alone;      /* NVML's last samples: CI_MONITOR_ALONE_* */
+    bool full_load; /* ... alone at full load (keys learn their full-load speed) */
+    bool seen_full; /* it was once alone at full load without a limit */
+    uint64_t verdict_ns; /* when NVML's samples last said */
+    struct ci_flatout flatout;
+    double scale;   /* card ns per sampled work ns (ci_flatout_scale); 0: not known */
     double pace;    /* tokens/s alone without a limit (moving mean); 0: never seen */
     uint64_t last_seen_us;
     uint64_t no_match_ns;
@@ -229,29 +225,27 @@ static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t n
     return m->scale > 0.0 ? ns * m->scale : ns;
 }
 
-/* Learns the flat-out scale from the period [t0, t1], which NVML saw at full load with the
- * workload alone and no limit at both ends: the card's ns per token spent over the sampled
- * work ns per token. A period without enough samples (launches are sampled in 2 control
- * periods of every CI_MONITOR_REFERENCE_EVERY) or no launch says nothing. */
-static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0, uint64_t t1)
+/* Feeds the window [t0, t1], at both ends of which NVML saw the workload alone without a
+ * limit, busy `busy` percent at the end (100: flat out), to its flat-out scale. */
+static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0, uint64_t t1,
+                                 double busy)
 {
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
-    if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged ||
-        b->gputime.samples - a->gputime.samples < CI_MONITOR_SCALE_MIN_SAMPLES ||
-        b->gputime.cost <= a->gputime.cost || b->gputime.work_ns <= a->gputime.work_ns)
+    if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
-    double card = (double)(b->t_ns - a->t_ns) / (double)(b->charged - a->charged);
-    double sampled = (double)(b->gputime.work_ns - a->gputime.work_ns) /
-                     (double)(b->gputime.cost - a->gputime.cost);
-    double scale = card / sampled;
-    if (scale < CI_MONITOR_SCALE_MIN || scale > CI_MONITOR_SCALE_MAX)
-        return;
-    if (m->scale_periods < CI_MONITOR_SCALE_PERIODS)
-        m->scale_periods++;
-    m->scale += (scale - m->scale) / m->scale_periods;
-    ci_debug("dev %d: flat out the card spends %.0f ns per token, the samples say %.0f: "
-             "scale %.3f (mean %.3f over %u periods)", dev, card, sampled, scale, m->scale,
-             m->scale_periods);
+    uint64_t samples = b->gputime.samples - a->gputime.samples;
+    if (samples == 0)
+        ci_flatout_rate(&m->flatout, (double)(b->t_ns - a->t_ns) * busy / 100.0,
+                        (double)(b->charged - a->charged));
+    else
+        ci_flatout_samples(&m->flatout, (double)(b->gputime.work_ns - a->gputime.work_ns),
+                           (double)(b->gputime.cost - a->gputime.cost), samples);
+    double scale = ci_flatout_scale(&m->flatout);
+    if (scale > 0.0 && samples != 0)
+        ci_debug("dev %d: alone the card spends %.0f ns per token, the samples say %.0f: "
+                 "scale %.3f", dev, m->flatout.card_ns / m->flatout.card_tokens,
+                 m->flatout.sampled_ns / m->flatout.sampled_cost, scale);
+    m->scale = scale;
 }
 
 /* Share of the GPU (percent) this process's launches took over [t0, now]:
@@ -271,7 +265,7 @@ static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t 
  * own pace alone without a limit x the limit; 0 when there is no such cap. */
 static double ci_monitor_pace_cap(const struct ci_monitor_dev *m)
 {
-    if (m->pace <= 0.0 || m->scale > 0.0 || m->ctl.target >= 100.0)
+    if (m->pace <= 0.0 || m->seen_full || m->ctl.target >= 100.0)
         return 0.0;
     double cap = m->pace * m->ctl.target / 100.0;
     return cap < 1.0 ? 1.0 : cap;
@@ -357,11 +351,14 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         double device = 0.0;
         bool alone = target >= 100 && n > 0 && others == 0 &&
                      ci_nvml_device_util(dev, &device) == 0;
-        bool was_full = m->full_load;
+        int was = m->alone;
         m->full_load = alone && device >= CI_MONITOR_FULL_LOAD;
+        m->alone = !alone ? CI_MONITOR_ALONE_NO
+                          : m->full_load ? CI_MONITOR_ALONE_FULL : CI_MONITOR_ALONE_PARTLY;
+        m->seen_full |= m->full_load;
         ci_gputime_set_full_load(dev, m->full_load);
-        if (was_full && m->full_load)
-            ci_monitor_calibrate(m, dev, m->verdict_ns, now);
+        if (alone && was == m->alone)
+            ci_monitor_calibrate(m, dev, m->verdict_ns, now, m->full_load ? 100.0 : util);
         m->verdict_ns = now;
         if (alone)
             ci_monitor_learn_pace(m, now);
@@ -422,14 +419,14 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
 }
 
 /* Launch sampling: on under a compute limit, and for a few periods of every
- * CI_MONITOR_REFERENCE_EVERY while the workload has a device to itself at full load
- * (to learn its kernels' speed there). */
+ * CI_MONITOR_REFERENCE_EVERY while the workload has a device to itself without a limit
+ * (to learn what its samples are worth, and its kernels' speed at full load). */
 static void ci_monitor_sampling(int count, unsigned period)
 {
-    bool full = false;
+    bool alone = false;
     for (int d = 0; d < count; d++)
-        full |= ci_monitor_devs[d].full_load;
-    bool reference = full && period % CI_MONITOR_REFERENCE_EVERY < CI_MONITOR_REFERENCE_PERIODS;
+        alone |= ci_monitor_devs[d].alone != CI_MONITOR_ALONE_NO;
+    bool reference = alone && period % CI_MONITOR_REFERENCE_EVERY < CI_MONITOR_REFERENCE_PERIODS;
     bool limited = ci_region_compute_percent() < 100;
     ci_gputime_enable(limited || reference, reference && !limited);
 }

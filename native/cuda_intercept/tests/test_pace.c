@@ -12,6 +12,13 @@
  * "start-limited": the limit holds from the first launch, so its pace alone is never
  * seen: the limit is a share of the card's time (the card's busy time at most TARGET
  * + 2 points, and no less than the lesser of TARGET and the loop's own 25 %, - 2).
+ *
+ * "timed-slower": the loop's 40 µs are two 20 µs kernels back to back, so the second goes
+ * into a busy stream and is timed, on a card where a timed kernel runs 5x longer
+ * (FAKECUDA_TIMED_KERNEL_PERCENT=400: an event pair around a tiny kernel on a real card is
+ * mostly its own overhead). The samples then say the loop fills the card; what they are
+ * worth is learnt alone (NVML: 25 % busy), so the time measurement does not bind below
+ * the pace cap.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -23,10 +30,17 @@
 #define MEASURE_S 2.0
 #define HOST_NS 160000ull
 
+static bool two_kernels; /* "timed-slower" */
+
 static void step(void)
 {
     /* 132 blocks on the fake's 132 SMs: one 20 µs wave; 264: two, 40 µs */
-    CHECK_CU(cuLaunchKernel((CUfunction)0x4000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+    if (two_kernels) {
+        CHECK_CU(cuLaunchKernel((CUfunction)0x4000, 132, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+        CHECK_CU(cuLaunchKernel((CUfunction)0x4000, 132, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+    } else {
+        CHECK_CU(cuLaunchKernel((CUfunction)0x4000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+    }
     fakecuda_clock_sleep_ns(HOST_NS);
 }
 
@@ -47,10 +61,13 @@ static double run_for(double until_s, double from_s, double start)
 
 int main(int argc, char **argv)
 {
-    CHECK(argc >= 2, "usage: test_pace TARGET [start-limited]");
+    CHECK(argc >= 2, "usage: test_pace TARGET [start-limited|timed-slower]");
     int target = atoi(argv[1]);
     bool start_limited = argc > 2 && strcmp(argv[2], "start-limited") == 0;
+    two_kernels = argc > 2 && strcmp(argv[2], "timed-slower") == 0;
     ct_set_env("FAKECUDA_VIRTUAL_TIME", "1");
+    if (two_kernels)
+        ct_set_env("FAKECUDA_TIMED_KERNEL_PERCENT", "400");
     if (start_limited)
         ct_set_env("ALNAIR_VGPU_COMPUTE_PERCENT", argv[1]);
     CHECK_CU(cuInit(0));
