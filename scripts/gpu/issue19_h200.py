@@ -62,9 +62,18 @@ def own_util(workspace: str) -> dict:
     return {}
 
 
-def gpu_clock() -> str:
+def gpu_clock_later(delay_s: float) -> subprocess.Popen:
+    """nvidia-smi's SM clock and power `delay_s` from now, read in a process of its own
+    (``.communicate()[0]``). Run inside the measured loop it stalled the loop for tens of
+    ms a phase on the H100: a few per cent of an unlimited phase's rate, less of a
+    throttled one (its token bucket refilled meanwhile), so every limit read high."""
     q = "--query-gpu=clocks.sm,power.draw"
-    return subprocess.run(["nvidia-smi", q, "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    return subprocess.Popen(
+        ["sh", "-c", f"sleep {delay_s:.3f}; exec nvidia-smi {q} --format=csv,noheader"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def compute_worker(kind: str) -> None:
@@ -111,17 +120,17 @@ def compute_worker(kind: str) -> None:
     phases = []
     for limit in PHASES:
         set_region_limit(ws, limit)
+        probe = gpu_clock_later(SETTLE_S + MEASURE_S / 2)
         t_end = time.perf_counter() + SETTLE_S
         while time.perf_counter() < t_end:
             step()
             torch.cuda.synchronize()
-        n, t0, clock = 0, time.perf_counter(), None
+        n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < MEASURE_S:
             n += step()
             torch.cuda.synchronize()
-            if clock is None and time.perf_counter() - t0 > MEASURE_S / 2:
-                clock = gpu_clock()
         rate = n / (time.perf_counter() - t0)
+        clock = probe.communicate()[0].strip()
         phases.append({"limit": limit, "rate": rate, "clock_power": clock, **own_util(ws)})
     print(json.dumps({"phases": phases}))
 

@@ -45,7 +45,7 @@ import time
 import types
 from pathlib import Path
 
-from issue19_h200 import gpu_clock  # the same clock/power probe as the time-slicing run
+from issue19_h200 import gpu_clock_later  # the same clock/power probe as the time-slicing run
 
 REPO = Path(__file__).resolve().parents[2]
 # alnair_common's package __init__ pulls in the bus (nats) and service code, which the GPU
@@ -103,18 +103,18 @@ def tenant_worker() -> None:
     print(json.dumps({"ready": True, "pid": os.getpid(), "mps_env": mps_env}), flush=True)
     plan = json.loads(sys.stdin.readline())
     start, settle, measure = plan["start"], plan["settle"], plan["measure"]
+    probe = gpu_clock_later(max(0.0, start + settle + measure / 2 - time.time()))
     time.sleep(max(0.0, start - time.time()))
     while time.time() < start + settle:
         step()
         torch.cuda.synchronize()
-    n, t0, clock = 0, time.perf_counter(), None
+    n, t0 = 0, time.perf_counter()
     end = start + settle + measure
     while time.time() < end:
         n += step()
         torch.cuda.synchronize()
-        if clock is None and time.time() > start + settle + measure / 2:
-            clock = gpu_clock()
     rate = n / (time.perf_counter() - t0)
+    clock = probe.communicate()[0].strip()
     region = {}
     path = Path(os.environ.get("ALNAIR_WORKSPACE", "/nonexistent"), "cuda.region")
     try:

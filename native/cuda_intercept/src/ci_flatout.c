@@ -10,48 +10,37 @@
  *
  * While the workload runs alone without a limit the monitor knows the truth: flat out
  * (NVML: >= CI_MONITOR_FULL_LOAD busy) the card's whole time is the workload's, and below
- * that NVML's utilisation is its share. The scale is that time per token spent, over the
- * sampled time per token of the launches timed meanwhile. The two sides come from
- * different windows: launches are timed in 2 control periods of every 20, and timing
- * every launch there slows a loop by a few per cent, so the token rate is taken from the
- * windows without timed launches and the samples from those with; both are moving sums
- * over the last few seconds, so that a wandering clock (H100 flat out: 1275-1485 MHz)
- * moves both alike. Monitor thread only.
+ * that NVML's utilisation is its share. The scale is that time per token spent, over what
+ * the samples say a token takes in the mix timed meanwhile, at each kernel's full-load
+ * speed (ci_gputime_alone_ns_per_token): the very speeds a sample under a limit is counted
+ * at, so that for one kernel the two cancel and a limit is exactly a share of the
+ * workload's token rate alone (a first version compared each window's samples with its
+ * own token rate: their means and the keys' full-load means, averaged differently over a
+ * wandering clock, left limits 3-5 % high on an H100). The card's side is a moving sum
+ * over the last ~3 s of windows. Monitor thread only.
  */
 #include "ci_internal.h"
 
-#define CI_FLATOUT_RATE_WEIGHT 64    /* rate windows (~50 ms each): ~3 s of memory */
-#define CI_FLATOUT_SAMPLE_WEIGHT 8   /* sampled windows (2 a second): ~4 s */
-#define CI_FLATOUT_MIN_RATE_WINDOWS 8
-#define CI_FLATOUT_MIN_SAMPLES 16
-#define CI_FLATOUT_MIN_SCALE 0.2     /* a tiny kernel's timing may be 5x its share */
+#define CI_FLATOUT_WEIGHT 64      /* windows (~50 ms each): ~3 s of memory */
+#define CI_FLATOUT_MIN_WINDOWS 8
+#define CI_FLATOUT_MIN_SCALE 0.2  /* a tiny kernel's timing may be 5x its share */
 #define CI_FLATOUT_MAX_SCALE 2.0
 
-void ci_flatout_rate(struct ci_flatout *f, double card_ns, double tokens)
+void ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens)
 {
     if (card_ns <= 0.0 || tokens <= 0.0)
         return;
-    double keep = 1.0 - 1.0 / CI_FLATOUT_RATE_WEIGHT;
+    double keep = 1.0 - 1.0 / CI_FLATOUT_WEIGHT;
     f->card_ns = f->card_ns * keep + card_ns;
     f->card_tokens = f->card_tokens * keep + tokens;
-    f->rate_windows++;
+    f->windows++;
 }
 
-void ci_flatout_samples(struct ci_flatout *f, double work_ns, double cost, uint64_t samples)
+double ci_flatout_scale(const struct ci_flatout *f, double sampled_ns_per_token)
 {
-    if (work_ns <= 0.0 || cost <= 0.0 || samples == 0)
-        return;
-    double keep = 1.0 - 1.0 / CI_FLATOUT_SAMPLE_WEIGHT;
-    f->sampled_ns = f->sampled_ns * keep + work_ns;
-    f->sampled_cost = f->sampled_cost * keep + cost;
-    f->samples += samples;
-}
-
-double ci_flatout_scale(const struct ci_flatout *f)
-{
-    if (f->rate_windows < CI_FLATOUT_MIN_RATE_WINDOWS || f->samples < CI_FLATOUT_MIN_SAMPLES)
+    if (f->windows < CI_FLATOUT_MIN_WINDOWS || sampled_ns_per_token <= 0.0)
         return 0.0;
-    double scale = (f->card_ns / f->card_tokens) / (f->sampled_ns / f->sampled_cost);
+    double scale = f->card_ns / f->card_tokens / sampled_ns_per_token;
     if (scale < CI_FLATOUT_MIN_SCALE)
         return CI_FLATOUT_MIN_SCALE;
     return scale > CI_FLATOUT_MAX_SCALE ? CI_FLATOUT_MAX_SCALE : scale;

@@ -60,6 +60,7 @@
 #define CI_GPUTIME_PERIOD_MIN_SAMPLES 4 /* a full-load period's mean needs this many */
 #define CI_GPUTIME_FULL_PERIODS 16   /* the full-load mean is over the last ~this many periods */
 #define CI_GPUTIME_TYPICAL_WEIGHT 16 /* typical: moving mean, 1/16 per sample */
+#define CI_GPUTIME_ALONE_MIN_SAMPLES 16 /* the mix timed alone is known from this many */
 
 enum { CI_GPUTIME_FREE, CI_GPUTIME_OWNED, CI_GPUTIME_PENDING };
 
@@ -72,6 +73,8 @@ struct ci_gputime_sample {
 
 struct ci_gputime_key {
     uint64_t key;
+    uint64_t cost; /* tokens a launch of it is charged */
+    int dev;
     uint64_t samples;
     double shortest_ns;      /* recent shortest: clips samples inflated by other contexts */
     double typical_ns;       /* moving mean of the clipped samples */
@@ -80,6 +83,7 @@ struct ci_gputime_key {
     uint32_t pending_n;      /* clipped samples in the full-load period not confirmed yet ... */
     double pending_sum;      /* ... their sum ... */
     uint64_t pending_period; /* ... and that period (0: none) */
+    double alone_n;          /* samples while the workload had the device alone, no limit */
 };
 
 static struct ci_gputime_sample ci_gputime_samples[CI_GPUTIME_INFLIGHT];
@@ -92,6 +96,7 @@ static struct {
     _Atomic uint64_t period;    /* the monitor's control period, from 1 */
     _Atomic uint64_t confirmed; /* bit p % 64: period p was at full load, and so was p + 1 */
     _Atomic int full;           /* the current period is believed at full load */
+    _Atomic int alone;          /* ... alone without a limit (at any load) */
 } ci_gputime_load[CI_MAX_DEVICES];
 static struct {
     _Atomic uint64_t ns, work_ns, cost, samples;
@@ -105,10 +110,11 @@ void ci_gputime_enable(bool on, bool every_launch)
     atomic_store_explicit(&ci_gputime_enabled, on ? 1 : 0, memory_order_relaxed);
 }
 
-void ci_gputime_set_full_load(int dev, bool full)
+void ci_gputime_set_load(int dev, bool alone, bool full)
 {
     if (dev < 0 || dev >= CI_MAX_DEVICES)
         return;
+    atomic_store_explicit(&ci_gputime_load[dev].alone, alone ? 1 : 0, memory_order_relaxed);
     uint64_t period = atomic_load_explicit(&ci_gputime_load[dev].period, memory_order_relaxed);
     uint64_t bit = 1ull << (period % 64);
     if (full && atomic_load_explicit(&ci_gputime_load[dev].full, memory_order_relaxed))
@@ -152,6 +158,24 @@ static void ci_gputime_full_load(struct ci_gputime_key *k, int dev, double count
     k->pending_n++;
 }
 
+double ci_gputime_alone_ns_per_token(int dev)
+{
+    if (dev < 0 || dev >= CI_MAX_DEVICES ||
+        atomic_flag_test_and_set_explicit(&ci_gputime_polling, memory_order_acquire))
+        return -1.0;
+    double ns = 0.0, cost = 0.0, n = 0.0;
+    for (int i = 0; i < CI_GPUTIME_KEYS; i++) {
+        const struct ci_gputime_key *k = &ci_gputime_keys[i];
+        if (k->key == 0 || k->dev != dev || k->alone_n <= 0.0)
+            continue;
+        ns += k->alone_n * (k->full_ns > 0.0 ? k->full_ns : k->typical_ns);
+        cost += k->alone_n * (double)k->cost;
+        n += k->alone_n;
+    }
+    atomic_flag_clear_explicit(&ci_gputime_polling, memory_order_release);
+    return n >= CI_GPUTIME_ALONE_MIN_SAMPLES && cost > 0.0 ? ns / cost : -1.0;
+}
+
 void ci_gputime_read(int dev, struct ci_gputime_totals *out)
 {
     out->ns = atomic_load_explicit(&ci_gputime_acc[dev].ns, memory_order_relaxed);
@@ -175,8 +199,9 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
 {
     struct ci_gputime_key *k = &ci_gputime_keys[(key * 0x9E3779B97F4A7C15ull) >> 56];
     double counted = ns;
-    if (k->key != key || k->shortest_ns <= 0.0) {
-        *k = (struct ci_gputime_key){.key = key, .shortest_ns = ns, .typical_ns = ns};
+    if (k->key != key || k->dev != dev || k->shortest_ns <= 0.0) {
+        *k = (struct ci_gputime_key){
+            .key = key, .cost = cost, .dev = dev, .shortest_ns = ns, .typical_ns = ns};
     } else {
         if (counted > CI_GPUTIME_CLIP * k->shortest_ns)
             counted = CI_GPUTIME_CLIP * k->shortest_ns;
@@ -188,6 +213,8 @@ static void ci_gputime_account(int dev, uint64_t key, uint64_t cost, double ns)
         k->typical_ns += (counted - k->typical_ns) / CI_GPUTIME_TYPICAL_WEIGHT;
     }
     k->samples++;
+    if (atomic_load_explicit(&ci_gputime_load[dev].alone, memory_order_relaxed))
+        k->alone_n += 1.0;
     ci_gputime_full_load(k, dev, counted);
     double speedup = k->full_ns > k->typical_ns ? k->full_ns / k->typical_ns : 1.0;
     if (speedup > CI_GPUTIME_MAX_SPEEDUP)

@@ -386,8 +386,14 @@ struct ci_gputime_probe {
 bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void *real,
                       ci_hook_id ptsz_id, const void *fn, uint64_t cost, bool graph);
 void ci_gputime_end(struct ci_gputime_probe *p, CUresult launched);
-/* Whether the monitor last saw `dev` at full load (keys learn their full-load speed). */
-void ci_gputime_set_full_load(int dev, bool full);
+/* What the monitor last saw of `dev`: the workload alone on it without a limit, and at
+ * full load (keys learn their full-load speed there). */
+void ci_gputime_set_load(int dev, bool alone, bool full);
+/* GPU ns per token of the launches timed while the workload had `dev` alone without a
+ * limit, in their mix (how many of each key were timed) at each key's speed at full load
+ * (its moving mean where never at full load): what the sampled work of that mix is now.
+ * -1 before 16 such samples, or when a launching thread holds the key table. */
+double ci_gputime_alone_ns_per_token(int dev);
 /* Sums over the finished samples of `dev`: GPU ns (clipped), the same at each key's
  * full-load speed (work_ns), tokens, count. */
 struct ci_gputime_totals {
@@ -397,20 +403,18 @@ void ci_gputime_read(int dev, struct ci_gputime_totals *out);
 void ci_gputime_after_fork_child(void);
 /* ---- ci_flatout.c -------------------------------------------------------- */
 
-/* Moving sums that tell what a workload's sampled GPU time is worth in the card's time,
- * learnt while it runs alone without a limit. Zeroed: nothing learnt. */
+/* The card's time a workload spends per token while alone without a limit (moving sums
+ * over the last few seconds), to scale its sampled GPU time by. Zeroed: nothing learnt. */
 struct ci_flatout {
-    double card_ns, card_tokens;     /* windows without timed launches: card time, tokens */
-    double sampled_ns, sampled_cost; /* windows with: the samples' work ns and tokens */
-    uint64_t rate_windows, samples;
+    double card_ns, card_tokens;
+    uint64_t windows;
 };
-/* A window without timed launches: `card_ns` of the card's time were the workload's
- * (the window's length flat out, NVML's share of it below), and it spent `tokens`. */
-void ci_flatout_rate(struct ci_flatout *f, double card_ns, double tokens);
-/* A window with timed launches: their work ns, tokens and count. */
-void ci_flatout_samples(struct ci_flatout *f, double work_ns, double cost, uint64_t samples);
-/* Card ns per sampled work ns (clamped to 0.2..2), 0 until enough of both was seen. */
-double ci_flatout_scale(const struct ci_flatout *f);
+/* A window alone without a limit: `card_ns` of the card's time were the workload's (the
+ * window's length flat out, NVML's share of it below), and it spent `tokens`. */
+void ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens);
+/* Card ns per sampled ns, given what the samples say a token takes alone
+ * (ci_gputime_alone_ns_per_token); clamped to 0.2..2, 0 until enough was seen. */
+double ci_flatout_scale(const struct ci_flatout *f, double sampled_ns_per_token);
 
 /* ---- ci_controller.c ----------------------------------------------------- */
 

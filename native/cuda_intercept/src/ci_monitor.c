@@ -233,18 +233,15 @@ static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0,
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
     if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
-    uint64_t samples = b->gputime.samples - a->gputime.samples;
-    if (samples == 0)
-        ci_flatout_rate(&m->flatout, (double)(b->t_ns - a->t_ns) * busy / 100.0,
-                        (double)(b->charged - a->charged));
-    else
-        ci_flatout_samples(&m->flatout, (double)(b->gputime.work_ns - a->gputime.work_ns),
-                           (double)(b->gputime.cost - a->gputime.cost), samples);
-    double scale = ci_flatout_scale(&m->flatout);
-    if (scale > 0.0 && samples != 0)
+    ci_flatout_window(&m->flatout, (double)(b->t_ns - a->t_ns) * busy / 100.0,
+                      (double)(b->charged - a->charged));
+    double sampled = ci_gputime_alone_ns_per_token(dev);
+    if (sampled <= 0.0)
+        return;
+    double scale = ci_flatout_scale(&m->flatout, sampled);
+    if (scale > 0.0 && (scale > m->scale + 0.005 || scale < m->scale - 0.005))
         ci_debug("dev %d: alone the card spends %.0f ns per token, the samples say %.0f: "
-                 "scale %.3f", dev, m->flatout.card_ns / m->flatout.card_tokens,
-                 m->flatout.sampled_ns / m->flatout.sampled_cost, scale);
+                 "scale %.3f", dev, m->flatout.card_ns / m->flatout.card_tokens, sampled, scale);
     m->scale = scale;
 }
 
@@ -356,7 +353,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
         m->alone = !alone ? CI_MONITOR_ALONE_NO
                           : m->full_load ? CI_MONITOR_ALONE_FULL : CI_MONITOR_ALONE_PARTLY;
         m->seen_full |= m->full_load;
-        ci_gputime_set_full_load(dev, m->full_load);
+        ci_gputime_set_load(dev, alone, m->full_load);
         if (alone && was == m->alone)
             ci_monitor_calibrate(m, dev, m->verdict_ns, now, m->full_load ? 100.0 : util);
         m->verdict_ns = now;

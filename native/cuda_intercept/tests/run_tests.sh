@@ -6,7 +6,8 @@
 # (left in place: the Python region reader tests decode them), the test library
 # preloaded (after the sanitizer runtime, which must come first), the fake driver on
 # LD_LIBRARY_PATH and no fixed limits file (OUT_DIR/trusted/, the test library's
-# container-mode path, is removed before each case; container cases write it).
+# container-mode path, is removed before each case and after the last; container cases
+# write it, and a test library run by hand would otherwise take it for its fixed file).
 # Prints one line per case; exits 1 if any failed.
 set -u
 out=$(cd "$1" && pwd)
@@ -43,5 +44,6 @@ while read -r name prog args; do
         failed=$((failed + 1))
     fi
 done < "$here/cases.txt"
+rm -rf "$out/trusted"
 echo "$((ran - failed))/$ran C test cases passed"
 [[ $failed -eq 0 ]]
