@@ -25,7 +25,7 @@
  * the card does for the workload flat out, also where a partly idle, power-capped card
  * clocks higher. To learn that speed while no limit is active, launches are sampled
  * for CI_MONITOR_REFERENCE_PERIODS control periods out of every
- * CI_MONITOR_REFERENCE_EVERY while that holds.
+ * CI_MONITOR_REFERENCE_EVERY while the workload has the device alone (at any load).
  *
  * The samples' time is worth less than it says (a kernel timed between events holds the
  * card longer than its share of back-to-back throughput; H100: every limit held ~8 % low).
