@@ -416,6 +416,16 @@ void ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens);
  * (ci_gputime_alone_ns_per_token); clamped to 0.2..2, 0 until enough was seen. */
 double ci_flatout_scale(const struct ci_flatout *f, double sampled_ns_per_token);
 
+/* ---- ci_peers.c ---------------------------------------------------------- */
+
+/* Reads the other slots' tokens_charged (not `own_slot`'s) for devices 0..count-1 and adds
+ * what each live peer spent since the last call. Monitor thread. */
+void ci_peers_update(int own_slot, int count);
+/* Tokens the workload's other processes spent on `dev` since this process began watching
+ * (a monotonic count). */
+uint64_t ci_peers_charged(int dev);
+void ci_peers_after_fork_child(void);
+
 /* ---- ci_controller.c ----------------------------------------------------- */
 
 struct ci_controller {

@@ -13,8 +13,8 @@
  * processes but not it is starved (0 %): the controller opens its bucket.
  *
  * The controller is fed the interceptor's own GPU-time measurement (ci_gputime.c:
- * tokens/s spent x sampled GPU ns per token) whenever it has enough samples, alone
- * or co-located: on a time-sliced GPU NVML gives every process the device's
+ * tokens/s the workload's processes spent, ci_peers.c, x this process's sampled GPU ns
+ * per token) whenever it has enough samples, alone or co-located: on a time-sliced GPU NVML gives every process the device's
  * utilisation, not its share, and alone its figure under-counts bursty work. NVML
  * is the fallback (too few samples yet: mostly launches into an idle stream), and
  * the region says which one fed it (sm_util_source).
@@ -85,6 +85,7 @@ enum { CI_MONITOR_ALONE_NO, CI_MONITOR_ALONE_PARTLY, CI_MONITOR_ALONE_FULL };
 
 struct ci_monitor_point {
     uint64_t t_ns, charged, throttled_ns;
+    uint64_t workload_charged; /* charged + what the workload's other processes spent */
     struct ci_gputime_totals gputime;
 };
 
@@ -186,6 +187,7 @@ static void ci_monitor_record(struct ci_monitor_dev *m, int dev, uint64_t now)
     struct ci_monitor_point *p = &m->hist[m->hist_next % CI_MONITOR_HISTORY];
     p->t_ns = now;
     p->charged = ci_tokens_charged(dev);
+    p->workload_charged = p->charged + ci_peers_charged(dev);
     p->throttled_ns = atomic_load_explicit(&ci_counters[dev].throttled_ns, memory_order_relaxed);
     ci_gputime_read(dev, &p->gputime);
     m->hist_next++;
@@ -234,7 +236,7 @@ static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0,
     if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
     ci_flatout_window(&m->flatout, (double)(b->t_ns - a->t_ns) * busy / 100.0,
-                      (double)(b->charged - a->charged));
+                      (double)(b->workload_charged - a->workload_charged));
     double sampled = ci_gputime_alone_ns_per_token(dev);
     if (sampled <= 0.0)
         return;
@@ -253,7 +255,8 @@ static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t 
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, now);
     if (ns_per_token < 0.0 || a == NULL || b == NULL || b->t_ns <= a->t_ns)
         return -1.0;
-    double tokens_per_s = (double)(b->charged - a->charged) * 1e9 / (double)(b->t_ns - a->t_ns);
+    double tokens_per_s =
+        (double)(b->workload_charged - a->workload_charged) * 1e9 / (double)(b->t_ns - a->t_ns);
     double share = 100.0 * tokens_per_s * ns_per_token / 1e9;
     return share > 100.0 ? 100.0 : share;
 }
@@ -436,6 +439,7 @@ static void *ci_monitor_main(void *arg)
         ci_sleep_ns(CI_MONITOR_TICK_NS);
         uint64_t now = ci_now_ns();
         int count = atomic_load(&ci_state.device_count);
+        ci_peers_update(atomic_load_explicit(&ci_state.slot, memory_order_relaxed), count);
         for (int d = 0; d < count; d++)
             ci_monitor_record(&ci_monitor_devs[d], d, now);
         if (tick % CI_MONITOR_FOOTPRINT_TICKS == 0)
@@ -482,5 +486,6 @@ void ci_monitor_after_fork_child(void)
 {
     pthread_mutex_init(&ci_monitor_publish_lock, NULL);
     memset(ci_monitor_devs, 0, sizeof ci_monitor_devs);
+    ci_peers_after_fork_child();
     atomic_store(&ci_monitor_started, 0);
 }

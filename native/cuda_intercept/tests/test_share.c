@@ -9,11 +9,16 @@
  *                         is shared through the GPU file) after 2.5 s of settling
  *                         each one's true share over 2 s (the kernel time it
  *                         put on the GPU) must be within 2 points of its limit.
+ *   test_share workload A two processes of ONE workload (one workspace) under limit A %:
+ *                         their true shares add up to within 2 points of A, and each
+ *                         publishes the workload's share, not its own (each had held
+ *                         its own share at A: 30 % became 60 %).
  *   test_share sampling   one limited process (virtual time): launches are timed with events,
  *                         at most one new sample per 2 ms; a stream under
  *                         capture (FAKECUDA_CAPTURING) never gets an event.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -49,15 +54,17 @@ static int child(int target, const char *result)
     return 0;
 }
 
-static void pair(int a, int b)
+/* Runs two limited processes on one shared fake GPU (one workspace when `one_workload`,
+ * else one each) and reads their true shares and published figures. */
+static void run_two(const int targets[2], bool one_workload, double share[2],
+                    unsigned published[2])
 {
     const char *ws = getenv("ALNAIR_WORKSPACE");
     char gpu[1024], dir[2][1024], result[2][1024];
     snprintf(gpu, sizeof gpu, "%s/shared-gpu", ws);
-    int targets[2] = {a, b};
     pid_t pids[2];
     for (int i = 0; i < 2; i++) {
-        snprintf(dir[i], sizeof dir[i], "%s/w%d", ws, i);
+        snprintf(dir[i], sizeof dir[i], "%s/w%d", ws, one_workload ? 0 : i);
         snprintf(result[i], sizeof result[i], "%s/result%d", ws, i);
         mkdir(dir[i], 0700);
         char limit[16];
@@ -79,18 +86,44 @@ static void pair(int a, int b)
     }
     for (int i = 0; i < 2; i++) {
         FILE *f = fopen(result[i], "r");
-        CHECK(f != NULL, "no result from workload %d", i);
+        CHECK(f != NULL, "no result from process %d", i);
         int target = 0;
-        double share = 0;
-        unsigned nvml = 0, published = 0;
-        CHECK(fscanf(f, "%d %lf %u %u", &target, &share, &nvml, &published) == 4, "result");
+        unsigned nvml = 0;
+        CHECK(fscanf(f, "%d %lf %u %u", &target, &share[i], &nvml, &published[i]) == 4,
+              "result");
         fclose(f);
-        printf("limit %d%%: true share %.1f%%, NVML per-process %u%%, published %u%%\n", target,
-               share, nvml, published);
-        CHECK(fabs(share - target) <= 2.0, "share %.1f vs limit %d", share, target);
-        CHECK(abs((int)published - target) <= 3, "published %u vs limit %d", published, target);
+        printf("process %d, limit %d%%: true share %.1f%%, NVML per-process %u%%, published "
+               "%u%%\n", i, target, share[i], nvml, published[i]);
+    }
+}
+
+static void pair(int a, int b)
+{
+    int targets[2] = {a, b};
+    double share[2];
+    unsigned published[2];
+    run_two(targets, false, share, published);
+    for (int i = 0; i < 2; i++) {
+        CHECK(fabs(share[i] - targets[i]) <= 2.0, "share %.1f vs limit %d", share[i], targets[i]);
+        CHECK(abs((int)published[i] - targets[i]) <= 3, "published %u vs limit %d",
+              published[i], targets[i]);
     }
     printf("ok co-located shares held to their limits\n");
+}
+
+static void workload(int limit)
+{
+    int targets[2] = {limit, limit};
+    double share[2];
+    unsigned published[2];
+    run_two(targets, true, share, published);
+    double total = share[0] + share[1];
+    printf("the workload's two processes together: %.1f%% under a %d%% limit\n", total, limit);
+    CHECK(fabs(total - limit) <= 2.0, "the workload got %.1f%% under a %d%% limit", total, limit);
+    for (int i = 0; i < 2; i++)
+        CHECK(abs((int)published[i] - limit) <= 3, "process %d published %u%%, not the "
+              "workload's share near %d%%", i, published[i], limit);
+    printf("ok a workload's processes share its limit\n");
 }
 
 static unsigned long launch_for(double seconds)
@@ -136,9 +169,11 @@ int main(int argc, char **argv)
         return child(atoi(argv[2]), argv[3]);
     if (argc == 4 && strcmp(argv[1], "pair") == 0)
         pair(atoi(argv[2]), atoi(argv[3]));
+    else if (argc == 3 && strcmp(argv[1], "workload") == 0)
+        workload(atoi(argv[2]));
     else if (argc == 2 && strcmp(argv[1], "sampling") == 0)
         sampling();
     else
-        CHECK(0, "usage: test_share pair A B | sampling");
+        CHECK(0, "usage: test_share pair A B | workload A | sampling");
     return 0;
 }
