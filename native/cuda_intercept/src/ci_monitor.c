@@ -14,8 +14,8 @@
  *
  * The controller is fed the interceptor's own GPU-time measurement (ci_gputime.c:
  * tokens/s the workload's processes spent, ci_peers.c, x this process's sampled GPU ns
- * per token) whenever it has enough samples, alone or co-located: on a time-sliced GPU NVML gives every process the device's
- * utilisation, not its share, and alone its figure under-counts bursty work. NVML
+ * per token) whenever it has enough samples, alone or co-located: on a time-sliced GPU
+ * NVML gives every process the device's utilisation, not its share, and alone its figure under-counts bursty work. NVML
  * is the fallback (too few samples yet: mostly launches into an idle stream), and
  * the region says which one fed it (sm_util_source).
  *
@@ -247,8 +247,8 @@ static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0,
     m->scale = scale;
 }
 
-/* Share of the GPU (percent) this process's launches took over [t0, now]:
- * tokens/s x GPU ns per token. -1 when the GPU time is not known yet. */
+/* Share of the GPU (percent) the workload's launches took over [t0, now]: the tokens/s
+ * of all its processes x this process's GPU ns per token. -1 when not known yet. */
 static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t t0, uint64_t now)
 {
     double ns_per_token = ci_monitor_ns_per_token(m, now);
