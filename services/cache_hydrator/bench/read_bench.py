@@ -16,7 +16,9 @@ and reads each, with the same number of threads, these ways, interleaved over th
   pointed at ``alnair_dataset.s3_gateway`` in a process of its own (what a pod's S3 client
   gets from the webhook: the gateway as its sidecar);
 * ``raw Redis``: the tier's own client GETting the file's chunks, with no Alnair code
-  in between (the ceiling for the warm case), on the one server and on the cluster.
+  in between (the ceiling for the warm case), on the one server and on the cluster;
+* ``local files``: the same bytes as plain files in the page cache, read with
+  ``open().read()``: what no tier on this machine can beat (a directory tier's ceiling).
 
     export ALNAIR_TESTBIN=$(scripts/testbin | tail -1)
     .venv/bin/python services/cache_hydrator/bench/read_bench.py --threads 8 --rounds 3
@@ -196,6 +198,10 @@ def main() -> None:
                     DatasetReader(name, tier_url=url, prefix="b", threads=args.threads, write_back=False)
                     for url in (redis.url, cluster.url, f"dir://{warm_dir}"))
                 raw, raw_cluster = connect(redis.url), connect(cluster.url)
+                local = Path(tmp) / f"local-{prefix}"
+                for path, data in rel.items():
+                    (local / path).parent.mkdir(parents=True, exist_ok=True)
+                    (local / path).write_bytes(data)
                 gateway, gateway_url = start_gateway(name, redis.url, options)
                 via_gateway = boto3.session.Session().client(
                     "s3", **{**options, "endpoint_url": gateway_url},
@@ -210,7 +216,8 @@ def main() -> None:
                         lambda p, key=f"bench/{prefix}", c=via_gateway: c.get_object(
                             Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "raw Redis (tier's client, no Alnair)": lambda p, raw=raw: raw_read(p, raw),
-                    "raw Redis Cluster": lambda p, raw=raw_cluster: raw_read(p, raw)}
+                    "raw Redis Cluster": lambda p, raw=raw_cluster: raw_read(p, raw),
+                    "local files (page cache, open().read())": lambda p, root=local: (root / p).read_bytes()}
                 runs: dict[str, list[Measured]] = {}
                 hits: dict[str, float] = {}
                 for _ in range(args.rounds):  # interleaved, so drift hits every way alike
