@@ -92,6 +92,7 @@ static atomic_flag ci_gputime_polling = ATOMIC_FLAG_INIT;
 static _Atomic int ci_gputime_enabled;
 static _Atomic int ci_gputime_every; /* every launch is a candidate, not every 16th */
 static _Atomic uint64_t ci_gputime_next_ns;
+static _Atomic uint64_t ci_gputime_retried; /* the interval (its start) that had its retry */
 static struct {
     _Atomic uint64_t period;    /* the monitor's control period, from 1 */
     _Atomic uint64_t confirmed; /* bit p % 64: period p was at full load, and so was p + 1 */
@@ -314,11 +315,15 @@ bool ci_gputime_begin(struct ci_gputime_probe *p, int dev, CUstream stream, void
     }
     ci_driver.cuThreadExchangeStreamCaptureMode(&mode);
     if (s == NULL) {
-        /* Not timed (an idle stream, a capture, no free slot): the next launch may be. A
-         * loop that launches after each host gap would otherwise spend every interval on
-         * the first launch of a burst, always into an idle stream, and never be timed. */
+        /* Not timed (an idle stream, a capture, no free slot): the next launch may be, once
+         * per interval. A loop that launches after each host gap would otherwise spend every
+         * interval on the first launch of a burst, always into an idle stream, and never be
+         * timed; checking every launch instead slowed a launch-bound loop (~3 driver calls
+         * per launch) in the windows that learn its pace. */
         uint64_t mine = now + CI_GPUTIME_INTERVAL_NS;
-        atomic_compare_exchange_strong(&ci_gputime_next_ns, &mine, next);
+        uint64_t retried = atomic_load_explicit(&ci_gputime_retried, memory_order_relaxed);
+        if (retried != next && atomic_compare_exchange_strong(&ci_gputime_retried, &retried, next))
+            atomic_compare_exchange_strong(&ci_gputime_next_ns, &mine, next);
         return false;
     }
     s->key = (uint64_t)(uintptr_t)fn ^ (cost * 0xC2B2AE3D27D4EB4Full);

@@ -16,6 +16,12 @@
  *   test_share sampling   one limited process (virtual time): launches are timed with events,
  *                         at most one new sample per 2 ms; a stream under
  *                         capture (FAKECUDA_CAPTURING) never gets an event.
+ *   test_share idle-launches  one process alone without a limit, each kernel done before
+ *                         the next launch (an idle stream): in the control periods that
+ *                         time every launch (2 of 20 while alone), an untimed candidate
+ *                         hands the 2 ms interval to the next launch once per interval,
+ *                         not at every launch (checking each one slowed a launch-bound
+ *                         loop on an H100).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -160,6 +166,27 @@ static void sampling(void)
     printf("ok launches sampled, rate-limited, never inside a capture\n");
 }
 
+static void idle_launches(void)
+{
+    CHECK_CU(cuInit(0));
+    unsigned long checks0 = fakecuda_calls("cuStreamIsCapturing"), launches = 0;
+    double start = ct_now_s();
+    while (ct_now_s() - start < 3.0) {
+        CHECK_CU(cuLaunchKernel((CUfunction)0x3000, 132, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
+        fakecuda_clock_sleep_ns(100000); /* the 20 µs kernel is done before the next launch */
+        launches++;
+    }
+    double secs = ct_now_s() - start;
+    unsigned long checks = fakecuda_calls("cuStreamIsCapturing") - checks0;
+    /* every launch is a candidate in 2 control periods of 20: ~10 % of the time */
+    unsigned long bound = 2 * (unsigned long)(0.1 * secs / 0.002 * 1.5) + 8;
+    printf("%lu launches into an idle stream in %.1f s, %lu checked (at most %lu)\n", launches,
+           secs, checks, bound);
+    CHECK(checks > 0, "no launch was ever a candidate: the reference windows did not sample");
+    CHECK(checks <= bound, "%lu of %lu idle launches checked", checks, launches);
+    printf("ok an idle stream's launches are checked at most twice an interval\n");
+}
+
 int main(int argc, char **argv)
 {
     /* Virtual time (tests/fake/fake_clock.c), shared by both workloads of a pair
@@ -173,7 +200,9 @@ int main(int argc, char **argv)
         workload(atoi(argv[2]));
     else if (argc == 2 && strcmp(argv[1], "sampling") == 0)
         sampling();
+    else if (argc == 2 && strcmp(argv[1], "idle-launches") == 0)
+        idle_launches();
     else
-        CHECK(0, "usage: test_share pair A B | workload A | sampling");
+        CHECK(0, "usage: test_share pair A B | workload A | sampling | idle-launches");
     return 0;
 }
