@@ -362,8 +362,18 @@ void ci_graphmem_after_fork_child(void);
  * active and the bucket is empty, sleeps (in bounded steps) until it is not.
  * Returns the tokens charged (a graph launch: the running average kernel cost). */
 uint64_t ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn);
-/* Sets the refill rate in tokens per second (0 = unthrottled). */
-void ci_tokens_set_rate(int dev, double rate);
+/* A waiting launch waits for this much refill (alone). */
+#define CI_TOKENS_REFILL_NS 1000000ull
+/* Co-located, at most this much: see ci_tokens_shared_refill_ns. */
+#define CI_TOKENS_SHARED_REFILL_MAX_NS 10000000ull
+/* Sets the refill rate in tokens per second (0 = unthrottled) and how much refill a
+ * waiting launch waits for (0: CI_TOKENS_REFILL_NS). */
+void ci_tokens_set_rate(int dev, double rate, uint64_t refill_ns);
+/* The refill a waiting launch waits for when another context shares the card, under a
+ * limit of `percent`: a burst worth about CI_TOKENS_REFILL_NS of the card's time. Each
+ * burst costs the card two context switches (H100: a 10 % tenant launching one matmul per
+ * burst beside an unlimited one cost the pair 3 % of the card, which the other paid). */
+uint64_t ci_tokens_shared_refill_ns(double percent);
 double ci_tokens_rate(int dev);
 /* Threads of this process currently waiting for tokens on `dev`. */
 int ci_tokens_waiting(int dev);

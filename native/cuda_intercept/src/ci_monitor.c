@@ -95,6 +95,7 @@ struct ci_monitor_dev {
     int alone;      /* NVML's last samples: CI_MONITOR_ALONE_* */
     bool full_load; /* ... alone at full load (keys learn their full-load speed) */
     bool seen_full; /* it was once alone at full load without a limit */
+    bool colocated; /* NVML's last samples named another process busy on the card */
     uint64_t verdict_ns; /* when NVML's samples last said */
     struct ci_flatout flatout;
     double scale;   /* card ns per sampled work ns (ci_flatout_scale); 0: not known */
@@ -305,9 +306,10 @@ static void ci_monitor_step(struct ci_monitor_dev *m, int dev, double util, uint
     double cap = ci_monitor_pace_cap(m);
     if (cap > 0.0 && (rate <= 0.0 || rate > cap))
         rate = m->ctl.rate = cap; /* the controller goes on from the cap: no wind-up */
-    ci_tokens_set_rate(dev, rate);
-    ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s%s", dev, util,
-             m->ctl.target, consumed, rate, rate == cap ? " (its own pace x the limit)" : "");
+    ci_tokens_set_rate(dev, rate, m->colocated ? ci_tokens_shared_refill_ns(m->ctl.target) : 0);
+    ci_debug("dev %d: util %.1f%% target %.0f%% spent %.0f/s -> rate %.0f/s%s%s", dev, util,
+             m->ctl.target, consumed, rate, rate == cap ? " (its own pace x the limit)" : "",
+             m->colocated ? " (co-located)" : "");
 }
 
 /* One control period for `dev`. */
@@ -322,7 +324,7 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     m->ctl.target = target;
     if (target >= 100) {
         if (ci_tokens_rate(dev) != 0.0)
-            ci_tokens_set_rate(dev, 0.0);
+            ci_tokens_set_rate(dev, 0.0, 0);
         if (!nvml_ok)
             return;
     }
@@ -343,6 +345,8 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     double util = 0.0;
     int others = 0;
     int n = ci_nvml_workload_util(dev, &m->last_seen_us, &util, &others);
+    if (n != 0 && n != -1)
+        m->colocated = others > 0;
     if (n != 0) {
         /* Full load with the device to itself and no limit: its kernels run at their
          * full-load speed (co-located, another context's slices would inflate what is

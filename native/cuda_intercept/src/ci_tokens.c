@@ -8,8 +8,9 @@
  * run by the monitor thread) sets; it holds at most CI_TOKENS_BURST_NS worth
  * of tokens. A launch proceeds while the bucket is positive and may take it
  * negative (a big grid is never starved); otherwise the launching thread
- * sleeps, in steps of at most CI_TOKENS_MAX_SLEEP_NS, until it holds
- * CI_TOKENS_REFILL_NS worth again. So a throttled workload launches in bursts of
+ * sleeps, in steps of at most CI_TOKENS_MAX_SLEEP_NS, until it holds the
+ * refill the controller set worth again (CI_TOKENS_REFILL_NS; co-located, more:
+ * see ci_tokens_set_rate). So a throttled workload launches in bursts of
  * about that much work rather than one kernel at a time into an idle stream:
  * its stream stays busy within a burst, which is where ci_gputime can time its
  * kernels (a launch into an idle stream would time the host's latency too).
@@ -21,13 +22,13 @@
 
 #define CI_TOKENS_BURST_NS 20000000ull    /* bucket depth: 20 ms of refill */
 #define CI_TOKENS_MIN_SLEEP_NS 20000ull   /* waiting granularity */
-#define CI_TOKENS_REFILL_NS 1000000ull    /* a waiting launch waits for 1 ms of refill */
 #define CI_TOKENS_MAX_SLEEP_NS 2000000ull /* bound on one sleep: rate changes are seen */
 
 struct ci_bucket {
     _Atomic int64_t tokens;
     _Atomic uint64_t last_ns;
     _Atomic uint64_t rate;     /* tokens per second; 0 = unthrottled */
+    _Atomic uint64_t refill_ns; /* a waiting launch waits for this much refill */
     _Atomic int64_t burst;
     _Atomic uint64_t charged;  /* tokens spent since start */
     _Atomic uint64_t avg_cost; /* running average of kernel launch cost */
@@ -90,7 +91,8 @@ static void ci_tokens_charge(struct ci_bucket *b, int dev, uint64_t cost)
                 start = now;
                 atomic_fetch_add_explicit(&b->waiting, 1, memory_order_relaxed);
                 int64_t burst = atomic_load_explicit(&b->burst, memory_order_relaxed);
-                need = (int64_t)((double)rate * (double)CI_TOKENS_REFILL_NS / 1e9);
+                uint64_t refill = atomic_load_explicit(&b->refill_ns, memory_order_relaxed);
+                need = (int64_t)((double)rate * (double)refill / 1e9);
                 if (need > burst)
                     need = burst;
                 if (need < 1)
@@ -140,9 +142,11 @@ uint64_t ci_tokens_on_launch(int dev, uint64_t cost, bool graph, const void *fn)
     return cost;
 }
 
-void ci_tokens_set_rate(int dev, double rate)
+void ci_tokens_set_rate(int dev, double rate, uint64_t refill_ns)
 {
     struct ci_bucket *b = &ci_buckets[ci_tokens_clamp_dev(dev)];
+    atomic_store_explicit(&b->refill_ns, refill_ns ? refill_ns : CI_TOKENS_REFILL_NS,
+                          memory_order_relaxed);
     uint64_t r = rate <= 0.0 ? 0 : (rate < 1.0 ? 1 : (uint64_t)rate);
     int64_t burst = (int64_t)((double)r * (double)CI_TOKENS_BURST_NS / 1e9);
     if (burst < 1)
@@ -156,6 +160,15 @@ void ci_tokens_set_rate(int dev, double rate)
     int64_t cur = atomic_load_explicit(&b->tokens, memory_order_relaxed);
     while (cur > burst && !atomic_compare_exchange_weak(&b->tokens, &cur, burst)) {
     }
+}
+
+uint64_t ci_tokens_shared_refill_ns(double percent)
+{
+    if (percent <= 0.0 || percent >= 100.0)
+        return CI_TOKENS_REFILL_NS;
+    double ns = (double)CI_TOKENS_REFILL_NS * 100.0 / percent;
+    return ns > (double)CI_TOKENS_SHARED_REFILL_MAX_NS ? CI_TOKENS_SHARED_REFILL_MAX_NS
+                                                        : (uint64_t)ns;
 }
 
 double ci_tokens_rate(int dev)

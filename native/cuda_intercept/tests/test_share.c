@@ -9,6 +9,13 @@
  *                         is shared through the GPU file) after 2.5 s of settling
  *                         each one's true share over 2 s (the kernel time it
  *                         put on the GPU) must be within 2 points of its limit.
+ *   test_share switching A B  a pair whose card loses 50 µs at every context switch
+ *                         (FAKECUDA_SWITCH_NS), as a real one does: the lower limit
+ *                         held, and the higher gets what is left within 3 points — the
+ *                         lower one launches in bursts worth ~1 ms of the card, so it is
+ *                         switched in ~100 times a second, not once per kernel (each
+ *                         1 ms refill bought 0.1 ms of work at 10 %: ~1,000 a second
+ *                         cost the card 10 % of its time).
  *   test_share workload A two processes of ONE workload (one workspace) under limit A %:
  *                         their true shares add up to within 2 points of A, and each
  *                         publishes the workload's share, not its own (each had held
@@ -40,22 +47,25 @@ static int child(int target, const char *result)
 {
     CHECK_CU(cuInit(0));
     double start = ct_now_s(), t0 = 0;
-    uint64_t busy0 = 0;
+    uint64_t busy0 = 0, switches0 = 0;
     while (ct_now_s() - start < SETTLE_S + MEASURE_S) {
         if (t0 == 0 && ct_now_s() - start >= SETTLE_S) {
             t0 = ct_now_s();
             busy0 = fakecuda_own_busy_ns();
+            switches0 = fakecuda_own_switches();
         }
         CHECK_CU(cuLaunchKernel((CUfunction)0x2000, 264, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL));
     }
-    double share = 100.0 * (double)(fakecuda_own_busy_ns() - busy0) / ((ct_now_s() - t0) * 1e9);
+    double secs = ct_now_s() - t0;
+    double share = 100.0 * (double)(fakecuda_own_busy_ns() - busy0) / (secs * 1e9);
+    double switches = (double)(fakecuda_own_switches() - switches0) / secs;
     struct fakecuda_sample s[512];
     int n = fakecuda_samples_since(0, s, 512);
     struct ci_region_slot *sl = ct_slot_of(ct_region(), getpid());
     FILE *f = fopen(result, "w");
     CHECK(f != NULL, "cannot write %s", result);
-    fprintf(f, "%d %.2f %u %u\n", target, share, n > 0 ? s[n - 1].util : 0,
-            sl != NULL ? sl->dev[0].sm_util_percent : 0);
+    fprintf(f, "%d %.2f %u %u %.1f\n", target, share, n > 0 ? s[n - 1].util : 0,
+            sl != NULL ? sl->dev[0].sm_util_percent : 0, switches);
     fclose(f);
     return 0;
 }
@@ -63,7 +73,7 @@ static int child(int target, const char *result)
 /* Runs two limited processes on one shared fake GPU (one workspace when `one_workload`,
  * else one each) and reads their true shares and published figures. */
 static void run_two(const int targets[2], bool one_workload, double share[2],
-                    unsigned published[2])
+                    unsigned published[2], double switches[2])
 {
     const char *ws = getenv("ALNAIR_WORKSPACE");
     char gpu[1024], dir[2][1024], result[2][1024];
@@ -95,20 +105,21 @@ static void run_two(const int targets[2], bool one_workload, double share[2],
         CHECK(f != NULL, "no result from process %d", i);
         int target = 0;
         unsigned nvml = 0;
-        CHECK(fscanf(f, "%d %lf %u %u", &target, &share[i], &nvml, &published[i]) == 4,
-              "result");
+        CHECK(fscanf(f, "%d %lf %u %u %lf", &target, &share[i], &nvml, &published[i],
+                     &switches[i]) == 5, "result");
         fclose(f);
         printf("process %d, limit %d%%: true share %.1f%%, NVML per-process %u%%, published "
-               "%u%%\n", i, target, share[i], nvml, published[i]);
+               "%u%%, switched in %.0f times a second\n", i, target, share[i], nvml,
+               published[i], switches[i]);
     }
 }
 
 static void pair(int a, int b)
 {
     int targets[2] = {a, b};
-    double share[2];
+    double share[2], switches[2];
     unsigned published[2];
-    run_two(targets, false, share, published);
+    run_two(targets, false, share, published, switches);
     for (int i = 0; i < 2; i++) {
         CHECK(fabs(share[i] - targets[i]) <= 2.0, "share %.1f vs limit %d", share[i], targets[i]);
         CHECK(abs((int)published[i] - targets[i]) <= 3, "published %u vs limit %d",
@@ -117,12 +128,28 @@ static void pair(int a, int b)
     printf("ok co-located shares held to their limits\n");
 }
 
+static void switching(int low, int high)
+{
+    setenv("FAKECUDA_SWITCH_NS", "50000", 1);
+    int targets[2] = {low, high};
+    double share[2], switches[2];
+    unsigned published[2];
+    run_two(targets, false, share, published, switches);
+    CHECK(fabs(share[0] - low) <= 2.0, "share %.1f vs limit %d", share[0], low);
+    CHECK(switches[0] <= 200.0, "the %d %% tenant was switched in %.0f times a second: it "
+          "launches in bursts too small", low, switches[0]);
+    CHECK(share[1] >= 100.0 - share[0] - 3.0, "the %d %% tenant got %.1f %% where %.1f %% was "
+          "left", high, share[1], 100.0 - share[0]);
+    printf("ok the lower limit held in few bursts, the higher got what was left "
+           "(%.1f %% of the card in switches)\n", 100.0 - share[0] - share[1]);
+}
+
 static void workload(int limit)
 {
     int targets[2] = {limit, limit};
-    double share[2];
+    double share[2], switches[2];
     unsigned published[2];
-    run_two(targets, true, share, published);
+    run_two(targets, true, share, published, switches);
     double total = share[0] + share[1];
     printf("the workload's two processes together: %.1f%% under a %d%% limit\n", total, limit);
     CHECK(fabs(total - limit) <= 2.0, "the workload got %.1f%% under a %d%% limit", total, limit);
@@ -196,6 +223,8 @@ int main(int argc, char **argv)
         return child(atoi(argv[2]), argv[3]);
     if (argc == 4 && strcmp(argv[1], "pair") == 0)
         pair(atoi(argv[2]), atoi(argv[3]));
+    else if (argc == 4 && strcmp(argv[1], "switching") == 0)
+        switching(atoi(argv[2]), atoi(argv[3]));
     else if (argc == 3 && strcmp(argv[1], "workload") == 0)
         workload(atoi(argv[2]));
     else if (argc == 2 && strcmp(argv[1], "sampling") == 0)

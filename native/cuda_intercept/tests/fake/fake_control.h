@@ -29,6 +29,8 @@ int fakecuda_gpu_shared(void);
 /* Kernel time this process has put on the timeline, in ns (the truth): nominal
  * durations, i.e. the work at full-load speed (FAKECUDA_BOOST_PERCENT). */
 uint64_t fakecuda_own_busy_ns(void);
+/* Times the shared card switched to this process's context (FAKECUDA_SWITCH_NS). */
+uint64_t fakecuda_own_switches(void);
 /* Time the GPU has spent running kernels so far (all processes; at the clock it ran). */
 uint64_t fakecuda_gpu_busy_ns(void);
 /* The fake driver's clock (fake_clock.c): CLOCK_MONOTONIC, CLOCK_REALTIME and a sleep,
