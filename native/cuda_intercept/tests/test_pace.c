@@ -19,6 +19,11 @@
  * mostly its own overhead). The samples then say the loop fills the card; what they are
  * worth is learnt alone (NVML: 25 % busy), so the time measurement does not bind below
  * the pace cap (the free run is 3 s here).
+ *
+ * "paused": the loop stops launching for 150 ms between its free run and the limit (as
+ * a script does when it changes phase, or a trainer at a checkpoint); a window the loop
+ * spent partly idle is no measure of its pace (on an H100 one such window before the limit
+ * set the pace 6 % low: a launch-bound loop got 0.94 x every limit).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -31,6 +36,7 @@
 #define HOST_NS 160000ull
 
 static bool two_kernels; /* "timed-slower" */
+#define PAUSE_NS 150000000ull /* "paused" */
 
 static void step(void)
 {
@@ -61,10 +67,11 @@ static double run_for(double until_s, double from_s, double start)
 
 int main(int argc, char **argv)
 {
-    CHECK(argc >= 2, "usage: test_pace TARGET [start-limited|timed-slower]");
+    CHECK(argc >= 2, "usage: test_pace TARGET [start-limited|timed-slower|paused]");
     int target = atoi(argv[1]);
     bool start_limited = argc > 2 && strcmp(argv[2], "start-limited") == 0;
     two_kernels = argc > 2 && strcmp(argv[2], "timed-slower") == 0;
+    bool paused = argc > 2 && strcmp(argv[2], "paused") == 0;
     ct_set_env("FAKECUDA_VIRTUAL_TIME", "1");
     if (two_kernels)
         ct_set_env("FAKECUDA_TIMED_KERNEL_PERCENT", "400");
@@ -79,6 +86,8 @@ int main(int argc, char **argv)
          * (launches are timed in 2 control periods of 20 while alone) */
         double free_s = two_kernels ? 3.0 : FREE_S;
         alone = run_for(free_s, free_s - 1.0, start);
+        if (paused)
+            fakecuda_clock_sleep_ns(PAUSE_NS);
         __atomic_store_n(&r->header.compute_percent, (uint32_t)target, __ATOMIC_RELAXED);
         start = ct_now_s();
     }
