@@ -9,7 +9,10 @@ workers, same batch):
 * ``s3-direct``: boto3 ``get_object`` per sample, what training code does without a cache;
 * ``cache-dir``: the data client (``CachedSamples``) over the local-mode directory tier,
   starting empty: epoch 1 reads S3 and writes back, later epochs hit;
-* ``cache-redis``: the same over a redis-server (when one can be started here).
+* ``cache-redis``: the same over a redis-server (when one can be started here);
+* ``cache-dir-per-sample``, ``cache-redis-per-sample``: the same, each sample fetched on its
+  own (``__getitem__`` only, as before ``CachedSamples.__getitems__``), on a tier of its own:
+  what fetching a batch's samples together (one tier request a batch) changes.
 
 Data stall, two ways: the share of the epoch the training loop spends waiting for its next
 batch (``wait``: time in ``next()`` of the loader, steps synchronised), and CoorDL's
@@ -58,6 +61,19 @@ class MemorySamples:
 
     def __getitem__(self, i: int) -> bytes:
         return self.blobs[i]
+
+
+class PerSample:
+    """A data set's samples one ``__getitem__`` at a time (no ``__getitems__``)."""
+
+    def __init__(self, samples: Any) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.samples[i]
 
 
 class S3Samples:
@@ -221,7 +237,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=3, help="epochs per cache way")
-    parser.add_argument("--ways", default="memory,s3-direct,cache-dir,cache-redis")
+    parser.add_argument("--ways", default="memory,s3-direct,cache-dir-per-sample,cache-dir,"
+                        "cache-redis-per-sample,cache-redis")
     opts = parser.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
     ways = opts.ways.split(",")
@@ -253,27 +270,31 @@ def main() -> int:
                     rows = trainer.epochs(way, MemorySamples(blobs), opts.epochs)
                 elif way == "s3-direct":
                     rows = trainer.epochs(way, S3Samples(bucket, keys, s3.client_options()), opts.epochs)
-                elif way in ("cache-dir", "cache-redis"):
-                    if way == "cache-dir":
-                        url = f"dir://{tmp}/tier"
+                elif way.startswith("cache-"):
+                    per_sample = way.endswith("-per-sample")
+                    prefix = "bench1" if per_sample else "bench"  # each way its own empty tier
+                    if way.startswith("cache-dir"):
+                        url = f"dir://{tmp}/tier-{prefix}"
                     else:
                         try:
-                            redis = start_redis_node(testbin, Path(tmp) / "redis", maxmemory="16gb")
+                            if redis is None:
+                                redis = start_redis_node(testbin, Path(tmp) / "redis", maxmemory="16gb")
                         except Exception as exc:  # noqa: BLE001 - a way left out, said so
                             results.setdefault("skipped", {})[way] = str(exc)[:500]
                             print(f"cache_epochs: {way} left out: {exc}", flush=True)
                             continue
                         url = redis.url
-                    tier = open_tier(url, budget_bytes=1 << 40, prefix="bench")
+                    tier = open_tier(url, budget_bytes=1 << 40, prefix=prefix)
                     name = way.replace("cache-", "imgs-")
                     # what `alnair dataset add` does before hydrating: readers write back
                     tier.set_meta(name, {"source": uri, "include": "[]", "exclude": "[]",
                                          "phase": "hydrating", "budget_bytes": str(1 << 40)})
-                    samples = CachedSamples(name, tier_url=url, prefix="bench",
+                    samples = CachedSamples(name, tier_url=url, prefix=prefix,
                                             s3_options=s3.client_options())
                     first = samples.reader.files()[0]
                     assert samples.reader.read(first) == blobs[0], "cache returned other bytes"
-                    rows = trainer.epochs(way, samples, opts.epochs, after_epoch=lambda t=tier: {
+                    fed = PerSample(samples) if per_sample else samples
+                    rows = trainer.epochs(way, fed, opts.epochs, after_epoch=lambda t=tier: {
                         "tier_chunks": t.usage().chunks, "tier_bytes": t.usage().stored_bytes})
                     samples.close()
                     tier.close()

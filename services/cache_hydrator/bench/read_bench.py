@@ -15,6 +15,9 @@ and reads each, with the same number of threads, these ways, interleaved over th
 * ``alnair warm, boto3 through the S3 gateway``: the same hits, read by unchanged boto3 code
   pointed at ``alnair_dataset.s3_gateway`` in a process of its own (what a pod's S3 client
   gets from the webhook: the gateway as its sidecar);
+* ``alnair warm, batches of 64``: the same hits read 64 files per call
+  (``DatasetReader.read_many``, what a DataLoader batch calls through ``CachedSamples``): one
+  tier request per batch instead of one per file;
 * ``raw Redis``: the tier's own client GETting the file's chunks, with no Alnair code
   in between (the ceiling for the warm case), on the one server and on the cluster;
 * ``local files``: the same bytes as plain files in the page cache, read with
@@ -44,6 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
@@ -58,21 +62,41 @@ from alnair_dataset import Budget, DatasetReader, RedisTier, connect, open_sourc
 MIB = 1 << 20
 Row = tuple[str, float, float]
 Measured = tuple[str, float, float, float]  # a row and this process's CPU seconds per file
+BATCH = 64
 
 
-def measured(label: str, paths: list[str], read: Callable[[str], bytes], threads: int,
+@dataclass(frozen=True)
+class Batched:
+    """A way that reads ``size`` files per call, as a DataLoader batch does."""
+
+    read_many: Callable[[list[str]], list[bytes]]
+    size: int = BATCH
+
+    def __call__(self, paths: list[str]) -> list[bytes]:
+        return self.read_many(paths)
+
+
+Read = Callable[[str], bytes] | Batched
+
+
+def measured(label: str, paths: list[str], read: Read, threads: int,
              expected: dict[str, bytes]) -> Measured:
     started = time.process_time()
     row = timed(label, paths, read, threads, expected)
     return *row, (time.process_time() - started) / len(paths)
 
 
-def timed(label: str, paths: list[str], read: Callable[[str], bytes], threads: int,
+def timed(label: str, paths: list[str], read: Read, threads: int,
           expected: dict[str, bytes] | None = None) -> Row:
     started = time.perf_counter()
     total = 0
     with ThreadPoolExecutor(threads) as pool:
-        for path, data in zip(paths, pool.map(read, paths), strict=True):
+        if isinstance(read, Batched):
+            groups = [paths[i:i + read.size] for i in range(0, len(paths), read.size)]
+            got = (data for batch in pool.map(read, groups) for data in batch)
+        else:
+            got = pool.map(read, paths)
+        for path, data in zip(paths, got, strict=True):
             total += len(data)
             if expected is not None and data != expected[path]:
                 raise AssertionError(f"{label}: {path} differs from the source")
@@ -206,11 +230,13 @@ def main() -> None:
                 via_gateway = boto3.session.Session().client(
                     "s3", **{**options, "endpoint_url": gateway_url},
                     config=Config(max_pool_connections=args.threads + 2))
-                ways: dict[str, Callable[[str], bytes]] = {
+                ways: dict[str, Read] = {
                     "S3 direct": lambda p, key=f"bench/{prefix}": client.get_object(
                         Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "alnair warm": warm.read,
+                    f"alnair warm, batches of {BATCH}": Batched(warm.read_many),
                     "alnair warm, Redis Cluster (3 servers)": warm_cluster.read,
+                    f"alnair warm, Redis Cluster, batches of {BATCH}": Batched(warm_cluster.read_many),
                     "alnair warm, directory tier": warm_dir_tier.read,
                     "alnair warm, boto3 through the S3 gateway":
                         lambda p, key=f"bench/{prefix}", c=via_gateway: c.get_object(

@@ -14,7 +14,7 @@ import fsspec
 import pytest
 from cache_support import MIB, hydrate_directly, upload, write_dataset
 
-from alnair_dataset import CachedSamples, DatasetReader, loader_options, open_tier
+from alnair_dataset import CachedSamples, DatasetReader, _reader, loader_options, open_tier
 
 
 def tier_of(url: str):
@@ -69,7 +69,12 @@ def test_every_byte_read_equals_the_source_in_every_state(any_url, data, state):
             a = rng.randrange(0, size + 1)
             b = rng.randrange(a, size + 1)
             assert reader.read(path, a, b) == files[path][a:b]
+        order = rng.sample(sorted(files), len(files))  # a shuffled DataLoader batch
+        misses = reader.stats.misses
+        assert reader.read_many(order) == [files[p] for p in order]
         stats = reader.stats
+        if state == "cached":
+            assert stats.misses == misses
         if state == "cached":
             assert stats.misses == 0 and stats.hits > 0
         if state in ("not-cached", "unknown-to-tier"):
@@ -111,6 +116,29 @@ def test_a_chunk_file_cut_short_in_the_directory_tier_is_read_from_the_source(tm
         assert reader.read(big) == files[big], "short data returned"
         assert reader.read(big, MIB - 10, MIB + 10) == files[big][MIB - 10:MIB + 10]
         assert (reader.stats.hits, reader.stats.misses) == (1, 2)
+
+
+def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, data, monkeypatch):
+    """read_many (what a DataLoader batch calls): every file equal to the source when a
+    chunk of one was lost, when the batch takes several tier requests, and once the server
+    is gone."""
+    root, files = data
+    node = redis_node()
+    tier = tier_of(node.url)
+    hydrate_directly(tier, "ds", f"file://{root}")
+    monkeypatch.setattr(_reader, "BATCH_BYTES", 3 * MIB)  # the 1 MiB files: several requests
+    paths = sorted(files)
+    lost = max(paths, key=lambda p: len(files[p]))
+    tier.client.delete(tier._chunk_keys(tier.file_entry("ds", lost).chunks[1])[0])
+    order = random.Random(5).sample(paths, len(paths))
+    with DatasetReader("ds", tier_url=node.url, prefix="t", write_back=False,
+                       breaker_seconds=60) as reader:
+        assert reader.read_many(order) == [files[p] for p in order]
+        non_empty = sum(1 for p in paths if files[p])
+        assert (reader.stats.hits, reader.stats.misses) == (non_empty - 1, 1)
+        node.kill()
+        assert reader.read_many(order) == [files[p] for p in order]
+        assert reader.stats.misses == 1 + non_empty and reader.stats.tier_errors >= 1
 
 
 def test_killing_the_redis_server_while_reading_falls_back_to_the_source(redis_node, data):

@@ -38,6 +38,10 @@ def test_a_dataloader_reads_every_sample_equal_to_the_source(tier_url, tmp_path,
     for epoch in range(2):
         got = list(loader)
         assert got == [files[p] for p in sorted(files)], f"epoch {epoch}"
+    # Batches: the DataLoader fetches each with one __getitems__ call (read_many).
+    batched = torch.utils.data.DataLoader(samples, batch_size=5, num_workers=2, collate_fn=list)
+    got = [blob for batch in batched for blob in batch]
+    assert got == [files[p] for p in sorted(files)]
     samples.close()
     tensors = CachedSamples("ds", tier_url=url, prefix="t", transform=as_tensor)
     first = next(iter(torch.utils.data.DataLoader(tensors, batch_size=None, num_workers=1)))

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +56,23 @@ ENV_NAMESPACE = "ALNAIR_DATASET_NAMESPACE"
 WRITE_BACK_THREADS = 2
 WRITE_BACK_QUEUE_BYTES = 256 << 20
 RECHECK_SECONDS = 1.0
+
+# read_many asks the tier for at most about this many bytes at once (one Redis pipeline's
+# replies are held in memory until the last one arrives).
+BATCH_BYTES = 32 << 20
+
+
+def _batches(sizes: list[int], limit: int) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` runs of consecutive items whose sizes add up to at most ``limit`` (an
+    item larger than that alone)."""
+    lo, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > lo and total + size > limit:
+            yield lo, i
+            lo, total = i, 0
+        total += size
+    if lo < len(sizes):
+        yield lo, len(sizes)
 
 
 def dataset_variable(name: str, suffix: str) -> str:
@@ -224,14 +241,34 @@ class DatasetReader:
         end = file.size if end is None else min(end, file.size)
         if end <= start:
             return b""  # an empty file or range needs neither tier nor source
-        data = self._from_tier(file, start, end)
+        data = self._from_tier([file], start, end)[0]
         if data is not None:
             self.stats.count(hit=True, size=len(data))
             return data
-        data = self.source.read(file, start, end)
-        self.stats.count(hit=False, size=len(data))
-        self._maybe_write_back(file, data if (start, end) == (0, file.size) else None)
-        return data
+        return self._from_source(file, start, end)
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes]:
+        """Whole files, in the order given: the chunks of every file the tier has are asked
+        for together (on Redis one pipeline per :data:`BATCH_BYTES`, where one read per file
+        is one round trip each: a DataLoader batch of 256 small samples, 256 round trips),
+        and the rest is read from the source; several requests and the misses run on the
+        reader's threads."""
+        files = [self.file(p) for p in paths]
+        groups = [files[lo:hi] for lo, hi in _batches([f.size for f in files], BATCH_BYTES)]
+        found = (self._pool.map(self._whole_from_tier, groups) if len(groups) > 1
+                 else map(self._whole_from_tier, groups))
+        out: list[bytes | None] = [data for group in found for data in group]
+        for data in out:
+            if data:  # an empty file is no hit, as in read()
+                self.stats.count(hit=True, size=len(data))
+        missing = [i for i, data in enumerate(out) if data is None]
+        if len(missing) == 1:
+            out[missing[0]] = self._from_source(files[missing[0]])
+        elif missing:
+            read = self._pool.map(self._from_source, [files[i] for i in missing])
+            for i, data in zip(missing, read, strict=True):
+                out[i] = data
+        return out  # type: ignore[return-value]  # every None was filled above
 
     def iter_files(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[tuple[str, bytes]]:
         """``(path, bytes)`` in the order given, reading up to ``ahead`` files in advance on
@@ -249,28 +286,56 @@ class DatasetReader:
                 pending.append((nxt, self._pool.submit(self.read, nxt)))
             yield path, future.result()
 
-    def _from_tier(self, file: SourceFile, start: int, end: int) -> bytes | None:
+    def _from_source(self, file: SourceFile, start: int = 0, end: int | None = None) -> bytes:
+        end = file.size if end is None else end
+        if end <= start:
+            return b""  # an empty file is no miss, as in read()
+        data = self.source.read(file, start, end)
+        self.stats.count(hit=False, size=len(data))
+        self._maybe_write_back(file, data if (start, end) == (0, file.size) else None)
+        return data
+
+    def _whole_from_tier(self, files: list[SourceFile]) -> list[bytes | None]:
+        return self._from_tier(files, 0, None)
+
+    def _from_tier(self, files: list[SourceFile], start: int, end: int | None) -> list[bytes | None]:
+        """Bytes ``start``..``end`` (None: each file's end) of each file the tier holds whole
+        and current, with one tier request for all of their chunks; None for the others."""
+        out: list[bytes | None] = [None] * len(files)
         if self.tier is None or time.monotonic() < self._down_until:
-            return None
+            return out
+        wanted: list[tuple[int, FileEntry, range, int]] = []  # file, entry, chunks, its end
+        chunks: list[str] = []
         try:
-            entry = self._manifest.get(file.path)
-            if entry is None or entry.version != file.version:
-                entry = self.tier.file_entry(self.key, file.path)
+            for i, file in enumerate(files):
+                stop = file.size if end is None else end
+                if stop <= start:
+                    out[i] = b""
+                    continue
+                entry = self._manifest.get(file.path)
                 if entry is None or entry.version != file.version:
-                    return None
-                self._manifest[file.path] = entry
-            span = entry.chunk_span(start, end)
-            chunks = self.tier.get_chunks([entry.chunks[i] for i in span])
+                    entry = self.tier.file_entry(self.key, file.path)
+                    if entry is None or entry.version != file.version:
+                        continue
+                    self._manifest[file.path] = entry
+                span = entry.chunk_span(start, stop)
+                wanted.append((i, entry, span, stop))
+                chunks += [entry.chunks[c] for c in span]
+            got = self.tier.get_chunks(chunks) if chunks else []
         except TierUnavailableError:
             self._trip()
-            return None
-        if any(c is None for c in chunks):
-            return None  # freed or lost since the entry was read: the source has it
-        first = span.start * entry.chunk_bytes
-        data = b"".join(chunks)  # type: ignore[arg-type]
-        if len(data) != min(span.stop * entry.chunk_bytes, entry.size) - first:
-            return None  # a chunk cut short (disk trouble, another writer): the source has it
-        return data[start - first:end - first]
+            return [None] * len(files)
+        at = 0
+        for i, entry, span, stop in wanted:
+            mine, at = got[at:at + len(span)], at + len(span)
+            if any(c is None for c in mine):
+                continue  # freed or lost since the entry was read: the source has it
+            first = span.start * entry.chunk_bytes
+            data = b"".join(mine)  # type: ignore[arg-type]
+            if len(data) != min(span.stop * entry.chunk_bytes, entry.size) - first:
+                continue  # a chunk cut short (disk trouble, another writer): the source has it
+            out[i] = data[start - first:stop - first]  # the whole of it: no copy
+        return out
 
     def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
         if not (self._write_back and self._known and self.tier is not None and self.tier.budget_bytes):
