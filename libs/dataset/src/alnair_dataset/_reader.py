@@ -255,8 +255,8 @@ class DatasetReader:
         reader's threads."""
         files = [self.file(p) for p in paths]
         groups = [files[lo:hi] for lo, hi in _batches([f.size for f in files], BATCH_BYTES)]
-        found = (self._pool.map(self._whole_from_tier, groups) if len(groups) > 1
-                 else map(self._whole_from_tier, groups))
+        found = (self._pool.map(self._from_tier, groups) if len(groups) > 1
+                 else map(self._from_tier, groups))
         out: list[bytes | None] = [data for group in found for data in group]
         for data in out:
             if data:  # an empty file is no hit, as in read()
@@ -295,10 +295,8 @@ class DatasetReader:
         self._maybe_write_back(file, data if (start, end) == (0, file.size) else None)
         return data
 
-    def _whole_from_tier(self, files: list[SourceFile]) -> list[bytes | None]:
-        return self._from_tier(files, 0, None)
-
-    def _from_tier(self, files: list[SourceFile], start: int, end: int | None) -> list[bytes | None]:
+    def _from_tier(self, files: list[SourceFile], start: int = 0,
+                   end: int | None = None) -> list[bytes | None]:
         """Bytes ``start``..``end`` (None: each file's end) of each file the tier holds whole
         and current, with one tier request for all of their chunks; None for the others."""
         out: list[bytes | None] = [None] * len(files)
@@ -334,7 +332,7 @@ class DatasetReader:
             data = b"".join(mine)  # type: ignore[arg-type]
             if len(data) != min(span.stop * entry.chunk_bytes, entry.size) - first:
                 continue  # a chunk cut short (disk trouble, another writer): the source has it
-            out[i] = data[start - first:stop - first]  # the whole of it: no copy
+            out[i] = data[start - first:stop - first]  # all of it (read_many): no copy
         return out
 
     def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
