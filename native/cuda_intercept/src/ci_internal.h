@@ -426,6 +426,18 @@ void ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens);
  * (ci_gputime_alone_ns_per_token); clamped to 0.2..2, 0 until enough was seen. */
 double ci_flatout_scale(const struct ci_flatout *f, double sampled_ns_per_token);
 
+/* ---- ci_pace.c ----------------------------------------------------------- */
+
+/* A workload's tokens/s alone without a limit. Zeroed: never seen. */
+struct ci_pace {
+    double tokens_per_s;
+    int off; /* windows in a row too far off it to count */
+};
+/* A window alone without a limit in which the workload launched, spending `spent` tokens/s. */
+void ci_pace_window(struct ci_pace *p, double spent);
+/* The pace x `target_percent` (at least 1), or 0: no pace seen, or no limit. */
+double ci_pace_cap(const struct ci_pace *p, double target_percent);
+
 /* ---- ci_peers.c ---------------------------------------------------------- */
 
 /* Reads the other slots' tokens_charged (not `own_slot`'s) for devices 0..count-1 and adds

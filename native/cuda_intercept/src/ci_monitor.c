@@ -38,8 +38,8 @@
  * limit) does flat out what its own pace allows, not what the card could: a time limit
  * above the share of the time it uses would not bind it at all (the H200: a loop at
  * 20-28 % busy got 85-87 % of its work under 50 and 30 % limits). Its pace then is the
- * 100 % mark: the tokens per second it spent alone without a limit (a moving mean over the
- * windows it launched in, the last ~0.4 s before the limit), and a limit caps its rate at
+ * 100 % mark: the tokens per second it spent alone without a limit (ci_pace.c: a moving
+ * mean over the windows it launched in, pauses left out), and a limit caps its rate at
  * that pace x the limit, whatever the time measurement allows (ci_monitor_pace_cap). A
  * workload limited from its first launch has no such pace: its limit is a share of the
  * time.
@@ -59,7 +59,6 @@
  * The thread blocks all signals, never takes the region lock and never calls
  * the CUDA driver.
  */
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -80,9 +79,6 @@
 #define CI_MONITOR_FULL_LOAD 95.0        /* NVML device utilisation, percent */
 #define CI_MONITOR_REFERENCE_PERIODS 2   /* sampled control periods without a limit ... */
 #define CI_MONITOR_REFERENCE_EVERY 20    /* ... out of every this many (100 ms a second) */
-#define CI_MONITOR_PACE_WEIGHT 8         /* pace: moving mean, 1/8 per control period */
-#define CI_MONITOR_PACE_BAND 0.1         /* a window this far off the pace is an outlier ... */
-#define CI_MONITOR_PACE_OUTLIERS 5       /* ... unless this many in a row: it changed */
 
 enum { CI_MONITOR_ALONE_NO, CI_MONITOR_ALONE_PARTLY, CI_MONITOR_ALONE_FULL };
 
@@ -102,8 +98,7 @@ struct ci_monitor_dev {
     uint64_t verdict_ns; /* when NVML's samples last said */
     struct ci_flatout flatout;
     double scale;   /* card ns per sampled work ns (ci_flatout_scale); 0: not known */
-    double pace;    /* tokens/s alone without a limit (moving mean); 0: never seen */
-    int pace_off;   /* windows in a row off the pace by more than CI_MONITOR_PACE_BAND */
+    struct ci_pace pace; /* tokens/s alone without a limit (ci_pace.c) */
     uint64_t last_seen_us;
     uint64_t no_match_ns;
     uint64_t open_loop_start_ns;
@@ -270,37 +265,19 @@ static double ci_monitor_gputime_share(const struct ci_monitor_dev *m, uint64_t 
  * own pace alone without a limit x the limit; 0 when there is no such cap. */
 static double ci_monitor_pace_cap(const struct ci_monitor_dev *m)
 {
-    if (m->pace <= 0.0 || m->seen_full || m->ctl.target >= 100.0)
-        return 0.0;
-    double cap = m->pace * m->ctl.target / 100.0;
-    return cap < 1.0 ? 1.0 : cap;
+    return m->seen_full ? 0.0 : ci_pace_cap(&m->pace, m->ctl.target);
 }
 
-/* Learns the workload's pace alone without a limit: tokens/s over the last share window,
- * whenever it launched in that window. A window more than CI_MONITOR_PACE_BAND off the
- * pace is left out: under it, the window was partly idle — a pause (a script changing
- * phase, a trainer saving a checkpoint), no measure of the pace: one such window just
- * before a limit set a launch-bound loop's pace 6 % low on an H100 (0.94 x every limit);
- * over it is left out alike, so that leaving windows out does not lean the mean either
- * way. CI_MONITOR_PACE_OUTLIERS in a row are a workload that changed: the pace starts
- * again from the last of them. */
+/* Learns the workload's pace alone without a limit from the tokens/s it spent over the
+ * last share window, whenever it launched in that window. */
 static void ci_monitor_learn_pace(struct ci_monitor_dev *m, uint64_t now)
 {
     uint64_t t0 = now > CI_MONITOR_SHARE_WINDOW_NS ? now - CI_MONITOR_SHARE_WINDOW_NS : 0;
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, now);
     if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
-    double spent = (double)(b->charged - a->charged) * 1e9 / (double)(b->t_ns - a->t_ns);
-    bool off = m->pace > 0.0 && fabs(spent - m->pace) > CI_MONITOR_PACE_BAND * m->pace;
-    m->pace_off = off ? m->pace_off + 1 : 0;
-    if (off && m->pace_off < CI_MONITOR_PACE_OUTLIERS)
-        return;
-    if (off) {
-        m->pace = spent; /* it changed: start again from where it is now */
-        m->pace_off = 0;
-        return;
-    }
-    m->pace = m->pace <= 0.0 ? spent : m->pace + (spent - m->pace) / CI_MONITOR_PACE_WEIGHT;
+    double seconds = (double)(b->t_ns - a->t_ns) / 1e9;
+    ci_pace_window(&m->pace, (double)(b->charged - a->charged) / seconds);
 }
 
 /* Applies one controller step for the window [t0, t1] (monotonic ns). */
