@@ -6,8 +6,9 @@
  * and _ptsz variant), resolves them through cuGetProcAddress /
  * cuGetProcAddress_v2 by (name, version, per-thread flag) like the real
  * driver, counts calls per exported symbol and keeps fake device memory. The
- * copies are fake_copies.c; the simulated GPU (kernel time, utilisation samples for fake NVML, streams and
- * events) is fake_gpu.c; contexts, arrays and inter-process handles fake_objects.c;
+ * copies are fake_copies.c; the simulated GPU (kernel time, utilisation samples for fake NVML)
+ * is fake_gpu.c; the work a process queues on it, streams and events fake_streams.c;
+ * contexts, arrays and inter-process handles fake_objects.c;
  * graphs, stream capture and the graph memory pool fake_graph.c; what the MPS client's
  * variables were at the first driver calls fake_mps_env.c.
  *
@@ -367,7 +368,7 @@ const struct fake_entry fake_cuda_entries[] = {
 };
 
 static const struct fake_entry *const lists[] = {
-    fake_cuda_entries, fake_copy_entries, fake_gpu_entries, fake_object_entries, fake_graph_entries, NULL,
+    fake_cuda_entries, fake_copy_entries, fake_stream_entries, fake_object_entries, fake_graph_entries, NULL,
 };
 
 /* Like the driver: the newest ABI of `symbol` not newer than `version`, the
