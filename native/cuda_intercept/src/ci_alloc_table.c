@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "ci_internal.h"
+#include "ci_memory_accounting.h"
 
 struct ci_alloc_entry {
     uint64_t key;    /* 0 = empty slot (kind disambiguates a real key of 0) */

@@ -20,6 +20,7 @@
  * it (ci_footprint.c).
  */
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
 
 typedef CUresult (*ci_array_create_fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult (*ci_array3d_create_fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);

@@ -13,7 +13,7 @@
  */
 #include <time.h>
 
-#include "ci_internal.h"
+#include "ci_clock.h"
 
 #ifdef CI_TEST_CLOCK
 #define CI_CLOCK_HOOK __attribute__((weak, visibility("default")))

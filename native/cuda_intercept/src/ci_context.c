@@ -24,6 +24,8 @@
 #include <pthread.h>
 
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
+#include "ci_nvml.h"
 
 typedef CUresult (*ci_retain_fn)(CUcontext *, CUdevice);
 typedef CUresult (*ci_release_fn)(CUdevice);

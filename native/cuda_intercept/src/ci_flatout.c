@@ -19,7 +19,7 @@
  * wandering clock, left limits 3-5 % high on an H100). The card's side is a moving sum
  * over the last ~3 s of windows. Monitor thread only.
  */
-#include "ci_internal.h"
+#include "ci_compute_metering.h"
 
 #define CI_FLATOUT_WEIGHT 64      /* windows (~50 ms each): ~3 s of memory */
 #define CI_FLATOUT_MIN_WINDOWS 8

@@ -42,6 +42,8 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
+#include "ci_nvml.h"
 
 static pthread_mutex_t ci_footprint_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t ci_footprint_charged[CI_MAX_DEVICES]; /* contexts + reconciled */

@@ -48,6 +48,8 @@
  * to relaxed around those calls so that a capture elsewhere is not disturbed.
  */
 #include "ci_internal.h"
+#include "ci_clock.h"
+#include "ci_compute_metering.h"
 
 #define CI_GPUTIME_INFLIGHT 8
 #define CI_GPUTIME_INTERVAL_NS 2000000ull /* at most ~500 samples/s */

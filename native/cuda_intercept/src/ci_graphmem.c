@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
 
 #define CI_GRAPHMEM_MAX_DEPTH 8
 #define CI_GRAPHMEM_KEY(exec) ((uint64_t)(uintptr_t)(exec))

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ci_internal.h"
+#include "ci_compute_metering.h"
 
 #define CI_KN_CACHE 4096u
 #define CI_KN_CLASS_MASK 7u

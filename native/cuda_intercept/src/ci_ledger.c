@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
 
 #define CI_LEDGER_MAX 256
 #define CI_LEDGER_GATE ((off_t)1 << 56)

@@ -21,6 +21,8 @@
  * workload has charged (the footprint included) as used.
  */
 #include "ci_internal.h"
+#include "ci_memory_accounting.h"
+#include "ci_nvml.h"
 
 typedef CUresult (*ci_alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*ci_alloc_pitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);

@@ -64,6 +64,10 @@
 #include <string.h>
 
 #include "ci_internal.h"
+#include "ci_clock.h"
+#include "ci_compute_metering.h"
+#include "ci_memory_accounting.h"
+#include "ci_nvml.h"
 
 #define CI_MONITOR_TICK_NS 10000000ull
 #define CI_MONITOR_CONTROL_TICKS 5

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "ci_nvml.h"
 
 #define CI_NVML_MAX_SAMPLES 512
 #define CI_NVML_MAX_PIDS (2 * CI_REGION_MAX_SLOTS)

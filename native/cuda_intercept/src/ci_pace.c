@@ -14,7 +14,7 @@
  */
 #include <math.h>
 
-#include "ci_internal.h"
+#include "ci_compute_metering.h"
 
 #define CI_PACE_WEIGHT 8   /* moving mean, 1/8 per window */
 #define CI_PACE_BAND 0.1   /* a window this far off the pace is an outlier ... */

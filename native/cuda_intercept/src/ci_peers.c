@@ -21,6 +21,7 @@
  * Monitor thread only; never takes the region lock.
  */
 #include "ci_internal.h"
+#include "ci_compute_metering.h"
 
 struct ci_peer {
     bool known;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "ci_clock.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= CI_REGION_LOCK_BYTES, "mutex fits the header");
 

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "ci_compute_metering.h"
+#include "ci_memory_accounting.h"
 
 struct ci_state ci_state = {.slot = -1, .device_count = 1};
 struct ci_dev_counters ci_counters[CI_MAX_DEVICES];

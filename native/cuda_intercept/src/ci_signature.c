@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "ci_internal.h"
+#include "ci_clock.h"
+#include "ci_compute_metering.h"
 
 #define CI_SIG_WINDOW 8
 #define CI_SIG_TABLE (1u << 14)

@@ -19,6 +19,8 @@
  * no allocation. With no compute limit the rate is 0 and nothing waits.
  */
 #include "ci_internal.h"
+#include "ci_clock.h"
+#include "ci_compute_metering.h"
 
 #define CI_TOKENS_BURST_NS 20000000ull    /* bucket depth: 20 ms of refill */
 #define CI_TOKENS_MIN_SLEEP_NS 20000ull   /* waiting granularity */
