@@ -1,7 +1,8 @@
 """The README's data set steps as a newcomer runs them: `alnair up`, `alnair dataset add` of a
 local directory and of an S3 prefix (real versitygw), and `alnair run --dataset` of unchanged
 reading code, which then reads every file through the cache (real platform, subprocesses);
-and `alnair dataset serve-s3` for plain boto3 code."""
+and `alnair dataset serve-s3` for plain boto3 code; a name no data set can have refused with
+the reason by every command."""
 
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server
         assert added.returncode == 0 and "mnist: ready" in added.stdout, added.stdout + added.stderr
         added = alnair("dataset", "add", "mnist-s3", f"s3://{bucket}/mnist")
         assert added.returncode == 0 and "mnist-s3: ready" in added.stdout, added.stdout + added.stderr
+        # A name no data set can have is refused by every command that takes one, saying why.
+        for refused in (alnair("dataset", "add", "Bad Name!", f"file://{source}"),
+                        alnair("dataset", "rm", "Bad Name!"),
+                        alnair("run", "--dataset", "mnist s3", "--gpu-memory", "1", "--", "true")):
+            assert refused.returncode != 0, refused.stdout
+            said = " ".join(refused.stderr.split())  # as one line: the terminal may wrap it
+            assert "is not valid: 1 to 63 letters, digits, '-' or '_'" in said, said
+            assert "Traceback" not in said and "bytes" not in said, said  # no progress bar either
         runs = {name: alnair("run", "--dataset", name, "--name", f"reader-{name}", "--gpu-memory", "1",
                              "--", sys.executable, "reader.py") for name in ("mnist", "mnist-s3")}
         # boto3 code that names no endpoint, pointed at `alnair dataset serve-s3` by the variable.

@@ -22,6 +22,7 @@ from rich.table import Table
 from alnair.v1 import cache_pb2, platform_pb2
 from alnair_common import AlnairError, Bus, PermanentError, TypedKV, subjects
 from alnair_common.config import default_data_dir
+from alnair_common.dataset_refs import bus_name_problem
 
 from ._options import DataDir, NatsUrl, err, fail, out, resolve_nats
 from ._platform import BusTarget
@@ -74,9 +75,18 @@ async def _bucket(bus: Bus) -> TypedKV[cache_pb2.CacheDatasetStatus]:
     return await TypedKV.open(bus, BUCKET, cache_pb2.CacheDatasetStatus)
 
 
+def _valid(name: str) -> str:
+    problem = bus_name_problem("data set name", name)
+    if problem is not None:
+        raise DatasetCommandError(problem)
+    return name
+
+
 async def _status(kv: TypedKV[cache_pb2.CacheDatasetStatus],
                   name: str) -> cache_pb2.CacheDatasetStatus | None:
-    found = await kv.get(name)
+    """The data set's status; None if there is none. DatasetCommandError for a name no data set
+    can have (every command looks the name up here)."""
+    found = await kv.get(_valid(name))
     return None if found is None else found.value
 
 
@@ -85,7 +95,7 @@ async def add_dataset(bus: Bus, spec: cache_pb2.CacheDatasetSpec, *, wait: bool,
                       ) -> cache_pb2.CacheDatasetStatus:
     """Ask for ``spec``; return its status once accepted (or, with ``wait``, once READY or
     FAILED). DatasetCommandError if refused; TimeoutError if nobody answers."""
-    answers = _Answers(spec.name)
+    answers = _Answers(_valid(spec.name))
     await answers.follow(bus)
     kv = await _bucket(bus)
     request_id = uuid.uuid4().hex

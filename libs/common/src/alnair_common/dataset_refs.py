@@ -29,6 +29,10 @@ CSI_DRIVER = "datasets.alnair.centaurus.io"
 CSI_DATASET = "dataset"
 
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# What a data set's (or its namespace's) name may be anywhere on the bus: it becomes a subject
+# token, a key of the status bucket and part of the tier's keys. Pods' annotations are held to
+# the stricter _LABEL (check_name), which also fits Kubernetes object names.
+_ON_THE_BUS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _SEED_YES = {"yes", "true", "1"}
 
 
@@ -53,6 +57,15 @@ def check_name(name: str) -> str:
             f"data set name {name!r} is not valid: use 1 to 63 lower-case letters, digits or "
             "'-', starting and ending with a letter or digit")
     return name
+
+
+def bus_name_problem(what: str, value: str) -> str | None:
+    """Why ``value`` cannot be a data set's (or namespace's, ``what``) name on the bus; None
+    when it can. The cache hydrator refuses such a request, and the CLI asks nothing."""
+    if _ON_THE_BUS.match(value):
+        return None
+    return (f"{what} {value!r} is not valid: 1 to 63 letters, digits, '-' or '_', starting with "
+            "a letter or digit")
 
 
 def host_path_name(path: str) -> str:

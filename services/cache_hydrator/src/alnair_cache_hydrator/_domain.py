@@ -6,7 +6,6 @@ and part of the tier's keys, so it is held to ``[A-Za-z0-9][A-Za-z0-9_-]{0,62}``
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -15,10 +14,9 @@ from urllib.parse import urlparse
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from alnair.v1 import cache_pb2
+from alnair_common.dataset_refs import bus_name_problem
 
 from ._errors import InvalidRequestError
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
 
 class Phase(Enum):
@@ -33,10 +31,9 @@ class Phase(Enum):
 def _check_name(what: str, value: str, *, optional: bool = False) -> str:
     if optional and not value:
         return value
-    if not _NAME.match(value):
-        raise InvalidRequestError(
-            f"{what} {value!r} is not valid: 1 to 63 letters, digits, '-' or '_', starting with "
-            "a letter or digit")
+    problem = bus_name_problem(what, value)
+    if problem is not None:
+        raise InvalidRequestError(problem)
     return value
 
 
