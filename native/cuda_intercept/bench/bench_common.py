@@ -156,6 +156,16 @@ def versions() -> dict[str, str]:
     return info
 
 
+def out_dir(doc: str | None) -> Path:
+    """The one argument every benchmark takes, its output directory; anything else (``--help``
+    included) prints the script's docstring and exits 2, instead of becoming a directory."""
+    args = sys.argv[1:]
+    if len(args) != 1 or args[0].startswith("-"):
+        print(doc or "usage: SCRIPT OUT_DIR", file=sys.stderr)
+        sys.exit(0 if args in (["-h"], ["--help"]) else 2)
+    return Path(args[0])
+
+
 def write_result(out: Path, name: str, data: dict, markdown: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))

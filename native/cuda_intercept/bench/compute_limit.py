@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import QUICK, UtilSampler, child_env, md_table, write_result
+from bench_common import QUICK, UtilSampler, child_env, md_table, out_dir, write_result
 
 RUN_S = 12.0 if QUICK else 40.0
 SETTLE_S = 4.0 if QUICK else 10.0
@@ -168,4 +168,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker(float(sys.argv[2]))
     else:
-        main(Path(sys.argv[1]))
+        main(out_dir(__doc__))

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench_common import child_env, md_table, run_json, write_result
+from bench_common import child_env, md_table, out_dir, run_json, write_result
 
 LIMIT = 8 << 30
 CONFIGS = {
@@ -125,4 +125,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == "--worker":
         worker()
     else:
-        main(Path(sys.argv[1]))
+        main(out_dir(__doc__))

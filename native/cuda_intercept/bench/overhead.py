@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import QUICK, child_env, md_table, run_json, write_result
+from bench_common import QUICK, child_env, md_table, out_dir, run_json, write_result
 
 SCALE = 0.1 if QUICK else 1.0
 
@@ -120,4 +120,4 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--worker":
         worker(sys.argv[2:])
     else:
-        main(Path(sys.argv[1]))
+        main(out_dir(__doc__))

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import child_env, md_table, region_module, write_result
+from bench_common import child_env, md_table, out_dir, region_module, write_result
 
 N = 10_000
 B = 64 << 20
@@ -127,4 +127,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == "--worker":
         worker()
     else:
-        main(Path(sys.argv[1]))
+        main(out_dir(__doc__))

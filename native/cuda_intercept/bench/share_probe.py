@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import child_env, md_table, write_result
+from bench_common import child_env, md_table, out_dir, write_result
 
 RUN_S = 10.0
 SETTLE_S = 3.0
@@ -155,7 +155,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--worker":
+    if sys.argv[1:2] == ["--worker"]:
         worker(float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
     else:
-        main(Path(sys.argv[1]))
+        main(out_dir(__doc__))

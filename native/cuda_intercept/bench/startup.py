@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import QUICK, child_env, md_table, write_result
+from bench_common import QUICK, child_env, md_table, out_dir, write_result
 
 N = 20
 CODE = (
@@ -62,4 +62,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(out_dir(__doc__))
