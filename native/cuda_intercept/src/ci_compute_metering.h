@@ -3,8 +3,8 @@
  * every launch passes (ci_tokens.c), the launches' sampled GPU time (ci_gputime.c) and
  * what it is worth (ci_flatout.c, ci_pace.c), the other processes' spending
  * (ci_peers.c), kernel names and the launch signature (ci_kernel_names.c,
- * ci_signature.c), and the monitor thread that measures and sets the rate (ci_monitor.c;
- * its controller is in ci_internal.h).
+ * ci_signature.c), and the monitor thread that measures and sets the rate (ci_monitor.c)
+ * through its controller (ci_controller.c).
  */
 #ifndef CI_COMPUTE_METERING_H
 #define CI_COMPUTE_METERING_H
@@ -14,6 +14,25 @@
 
 #include "ci_cuda.h"
 #include "ci_hooks.h"
+
+/* ---- ci_controller.c ----------------------------------------------------- */
+
+/* The compute limit's rate controller, a pure function (tests/test_controller.c builds
+ * ci_controller.c alone against this header). */
+struct ci_controller {
+    double rate;        /* tokens/s handed to the bucket; 0 = unthrottled */
+    double target;      /* percent */
+    int updates;
+};
+
+/* Starts unthrottled (boosted ramp-up) towards `target_percent`. */
+void ci_controller_init(struct ci_controller *c, double target_percent);
+/* One control step over a measurement window: `util` is the workload's
+ * measured SM utilisation (percent), `consumed` the tokens/s this process
+ * spent in the same window, `binding` whether launches waited for tokens.
+ * Returns the new rate (0 = unthrottled). Pure function of its inputs. */
+double ci_controller_update(struct ci_controller *c, double util, double consumed,
+                            bool binding);
 
 /* ---- ci_tokens.c --------------------------------------------------------- */
 

@@ -24,7 +24,7 @@
  * at full speed until the first window shows it above target, then lands
  * directly on the estimate.
  */
-#include "ci_internal.h"
+#include "ci_compute_metering.h"
 
 #define CI_CTL_MIN_UTIL 0.5 /* percent: below this a window says nothing */
 #define CI_CTL_MAX_STEP 4.0 /* largest factor of change per step */

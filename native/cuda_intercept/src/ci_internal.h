@@ -215,24 +215,4 @@ struct ci_driver_calls {
 };
 extern struct ci_driver_calls ci_driver;
 
-/* ---- ci_controller.c ----------------------------------------------------- */
-
-/* The compute limit's rate controller, a pure function: declared here rather than in
- * ci_compute_metering.h because tests/test_controller.c builds ci_controller.c alone
- * against this header. */
-struct ci_controller {
-    double rate;        /* tokens/s handed to the bucket; 0 = unthrottled */
-    double target;      /* percent */
-    int updates;
-};
-
-/* Starts unthrottled (boosted ramp-up) towards `target_percent`. */
-void ci_controller_init(struct ci_controller *c, double target_percent);
-/* One control step over a measurement window: `util` is the workload's
- * measured SM utilisation (percent), `consumed` the tokens/s this process
- * spent in the same window, `binding` whether launches waited for tokens.
- * Returns the new rate (0 = unthrottled). Pure function of its inputs. */
-double ci_controller_update(struct ci_controller *c, double util, double consumed,
-                            bool binding);
-
 #endif /* CI_INTERNAL_H */

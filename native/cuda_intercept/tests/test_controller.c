@@ -9,7 +9,7 @@
  */
 #include <math.h>
 
-#include "ci_internal.h"
+#include "ci_compute_metering.h"
 #include "ci_test.h"
 
 static double plant_util(double rate, double demand, double capacity, double *consumed)
