@@ -131,3 +131,18 @@ def test_a_data_set_that_is_not_from_s3_is_refused(tmp_path):
     with pytest.raises(ValueError, match="serves only s3:// data sets"):
         S3Gateway([reader], "127.0.0.1:0")
     reader.close()
+
+
+def test_an_address_off_loopback_is_refused_unless_allowed(served):
+    """The gateway does not authenticate requests: off loopback, whoever reaches it would read
+    the data sets with its AWS credentials, so that takes an explicit allow_remote."""
+    reader = served[3]
+    with pytest.raises(ValueError, match=r"'0\.0\.0\.0:0' is not loopback.*--allow-remote"):
+        S3Gateway([reader], "0.0.0.0:0")
+    with pytest.raises(ValueError, match="is not loopback"):
+        S3Gateway([reader], "gateway.example:0")  # a name other than localhost is not trusted
+    for loopback in ("localhost:0", "127.0.0.2:0", ":0"):
+        S3Gateway([reader], loopback).server.server_close()  # (close() would close the reader too)
+    allowed = S3Gateway([reader], "0.0.0.0:0", allow_remote=True)
+    assert allowed.server.server_address[0] == "0.0.0.0"
+    allowed.server.server_close()

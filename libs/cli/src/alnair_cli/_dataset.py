@@ -312,6 +312,9 @@ def mount(
 def serve_s3(
     names: Annotated[list[str], typer.Argument(help="The s3:// data sets to serve.")],
     listen: Annotated[str, typer.Option(help="host:port; keep it on loopback.")] = "127.0.0.1:9494",
+    allow_remote: Annotated[bool, typer.Option(
+        help="Allow an address other than loopback: requests are not authenticated, so whoever "
+             "reaches it reads these data sets with this shell's AWS credentials.")] = False,
     data_dir: DataDir = default_data_dir(),
     nats_url: NatsUrl = None,
 ) -> None:
@@ -331,7 +334,7 @@ def serve_s3(
             readers.append(DatasetReader(name, tier_url=env["ALNAIR_CACHE_TIER_URL"],
                                          source=env["ALNAIR_DATASET_SOURCE"],
                                          prefix=env["ALNAIR_CACHE_PREFIX"]))
-        gateway = S3Gateway(readers, listen)
+        gateway = S3Gateway(readers, listen, allow_remote=allow_remote)
     except DatasetCommandError as e:
         raise fail(str(e), 2) from e
     except (DatasetError, ValueError, OSError) as e:

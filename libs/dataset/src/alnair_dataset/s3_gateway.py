@@ -19,7 +19,9 @@ What it answers (path-style requests, which clients use for an endpoint URL they
 
 Requests are not authenticated: any signature is accepted. The gateway is meant to listen on
 the pod's loopback (its default), where only the pod's own containers reach it; it reads the
-sources with its own AWS environment (the webhook gives it the reading container's). Served
+sources with its own AWS environment (the webhook gives it the reading container's). So an
+address other than loopback is refused unless asked for with ``allow_remote``
+(``--allow-remote``): whoever reaches it reads the served data sets with those credentials. Served
 bytes always come from the source or from chunks that hashed to their ids when they were
 stored; a tier that fails is bypassed (the reader's breaker), never a wrong answer.
 
@@ -29,6 +31,7 @@ stored; a tier that fails is bypassed (the reader's breaker), never a wrong answ
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import re
@@ -69,7 +72,15 @@ class _Served:
 class S3Gateway:
     """Serves the s3:// data sets of ``readers`` (readers of other sources are refused)."""
 
-    def __init__(self, readers: Sequence[DatasetReader], listen: str = DEFAULT_LISTEN) -> None:
+    def __init__(self, readers: Sequence[DatasetReader], listen: str = DEFAULT_LISTEN, *,
+                 allow_remote: bool = False) -> None:
+        host, _, port = listen.rpartition(":")
+        if not allow_remote and not _loopback(host or "127.0.0.1"):
+            raise ValueError(
+                f"listen address {listen!r} is not loopback: the gateway does not authenticate "
+                "requests, so anyone who reaches it would read the served data sets with this "
+                "process's AWS credentials; listen on 127.0.0.1 (or ::1), or allow it knowingly "
+                "with --allow-remote")
         served = []
         for r in readers:
             if not isinstance(r.source, S3Source):
@@ -78,7 +89,6 @@ class S3Gateway:
             served.append(_Served(r.source.bucket, r.source.prefix, r))
         # The longest prefix first: a key belongs to the most specific data set.
         self.served = sorted(served, key=lambda s: -len(s.prefix))
-        host, _, port = listen.rpartition(":")
         gateway = self
 
         class Handler(_Handler):
@@ -349,12 +359,25 @@ def _listing(bucket: str, keys: list[tuple[str, int, str]], q: dict[str, str]) -
             f"{'<EncodingType>url</EncodingType>' if encoded else ''}"
             f"{paging}{items}{common_xml}</ListBucketResult>")
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, [bracketed] or not) is this machine's loopback."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", action="append", default=[],
                     help="a data set to serve (repeat); default: those the environment names "
                          "($ALNAIR_DATASET or $ALNAIR_DATASETS, as the webhook sets them)")
     ap.add_argument("--listen", default=DEFAULT_LISTEN, help="host:port (default %(default)s)")
+    ap.add_argument("--allow-remote", action="store_true",
+                    help="listen on an address other than loopback (requests are not authenticated)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -370,7 +393,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             r.close()
     if not s3:
         sys.exit(f"none of the data sets {', '.join(names)} comes from s3://: nothing to serve")
-    gateway = S3Gateway(s3, args.listen)
+    try:
+        gateway = S3Gateway(s3, args.listen, allow_remote=args.allow_remote)
+    except ValueError as e:
+        sys.exit(str(e))
     log.info("serving %s at %s", gateway.describe(), gateway.url)
     gateway.serve()
 
