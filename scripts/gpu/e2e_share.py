@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -83,24 +82,7 @@ class Demo:
         self.rounds = Rounds(opts, self.platform, self.observers, self.results, self.launches, self.note,
                              budget=lambda: self.time_left() - PRIOR_S[self.sim]["teardown"])
 
-    # -- what opendata_record.py drives itself ---------------------------------------------------
-
-    def alnair(self, verb: str, *args: str) -> list[str]:
-        return self.platform.alnair(verb, *args)
-
-    def spawn(self, argv: list[str], out: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return self.platform.spawn(argv, out, env)
-
-    @property
-    def cli_env(self) -> dict[str, str]:
-        return self.platform.cli_env
-
-    @property
-    def metrics_url(self) -> str:
-        return self.platform.metrics_url
-
-    def tick(self) -> None:
-        self.observers.tick()
+    # -- what opendata_record.py drives itself (besides .platform and .observers) ----------------
 
     def environment_start(self) -> dict[str, Any]:
         return self.platform.environment(self.o.commit)

@@ -212,10 +212,10 @@ class Recorder:
             argv += ["--max-work-seconds", f"{MAX_WORK_FACTOR * WORK_S * self.o.scale:g}"]
         a.pid_file.unlink(missing_ok=True)
         a.truth.path.unlink(missing_ok=True)
-        cmd = self.demo.alnair("run", "--name", run.run_id, "--gpu-memory", str(run.memory_gib),
+        cmd = self.demo.platform.alnair("run", "--name", run.run_id, "--gpu-memory", str(run.memory_gib),
                                "--gpu-compute", str(run.compute_percent), "--", *argv)
         a.started = time.time()
-        a.proc = self.demo.spawn(cmd, a.log)
+        a.proc = self.demo.platform.spawn(cmd, a.log)
         self.demo.launches.append(a)  # type: ignore[arg-type]  # its teardown stops a.proc
 
     def run_slot(self, slot: Slot) -> None:
@@ -249,7 +249,7 @@ class Recorder:
                         self.finish(a, actives)
                 self.note(f"slot {slot.runs[0].run_id}: stopped after {timeout:.0f} s")
             self.drain()
-            self.demo.tick()
+            self.demo.observers.tick()
             time.sleep(0.05)
         self.slot_times.append((slot_estimate(slot, self.o.sim, self.o.scale), time.time() - began))
 
@@ -257,7 +257,7 @@ class Recorder:
         if not actives:
             return
         try:
-            with urllib.request.urlopen(self.demo.metrics_url, timeout=0.8) as r:
+            with urllib.request.urlopen(self.demo.platform.metrics_url, timeout=0.8) as r:
                 pods, device = read_scrape(r.read().decode())
         except OSError as e:
             pods, device = {}, {}
@@ -322,9 +322,10 @@ class Recorder:
             if waiting and not any(p.proc is not None for p in self.pending):
                 p = waiting[0]
                 p.answer = self.demo.tmp / f"profile-{p.active.run.run_id}.json"
+                platform = self.demo.platform
                 with open(p.answer, "wb") as f:
-                    p.proc = subprocess.Popen(self.demo.alnair("profile", p.active.run.run_id, "--json"), stdout=f,
-                                              stderr=subprocess.DEVNULL, env=self.demo.cli_env, cwd=e2e_share.ROOT)
+                    p.proc = subprocess.Popen(platform.alnair("profile", p.active.run.run_id, "--json"), stdout=f,
+                                              stderr=subprocess.DEVNULL, env=platform.cli_env, cwd=e2e_share.ROOT)
             if not final or not self.pending:
                 return
             if time.monotonic() > end:

@@ -61,7 +61,6 @@ def start(out: Path, data_dir: Path, *extra: str) -> subprocess.Popen[str]:
 @pytest.mark.timeout(180)
 def test_sim_run_reports_every_section_and_leaves_nothing_behind(tmp_path: Path) -> None:
     out, data_dir = tmp_path / "out", tmp_path / "alnair"
-    began = time.monotonic()
     run = start(out, data_dir, "--reps", "1")
     try:
         console, _ = run.communicate(timeout=150)
@@ -69,10 +68,8 @@ def test_sim_run_reports_every_section_and_leaves_nothing_behind(tmp_path: Path)
         if run.poll() is None:
             run.kill()
         leftovers = kill_leftovers(data_dir)
-    took = time.monotonic() - began
     assert run.returncode == 0, console[-3000:]
     assert leftovers == [], f"processes left behind: {leftovers}"
-    assert took < 90, f"the sim run took {took:.0f} s"
 
     report = (out / "report.md").read_text()
     for section in ("## Environment", "## Workloads", "## Rounds", "## Sharing gain", "## Per-job slowdown",
