@@ -95,6 +95,43 @@ def test_a_full_write_back_queue_drops_fills_and_never_holds_up_a_read(url, data
     assert_consistent(tier)
 
 
+def test_a_batch_leaves_its_misses_in_the_tier_when_it_returns(url, data):
+    """read_many (a DataLoader batch) writes each miss on the thread that read it, before it
+    returns: with several threads reading misses the two writers fell behind, and the next
+    epoch missed too. So the next batch hits every file, with no flush in between; files
+    written already are not written again."""
+    root, files = data
+    tier = listed(url, root)
+    paths = sorted(files)
+    with DatasetReader("ds", tier_url=url, prefix="t", threads=4) as reader:
+        assert reader.read_many(paths[:5]) == [files[p] for p in paths[:5]]
+        assert reader.stats.written_back == 5  # no flush: already done
+        assert reader.read_many(paths) == [files[p] for p in paths]
+        assert (reader.stats.hits, reader.stats.misses, reader.stats.written_back) == (5, 20, 20)
+        assert reader.read_many(paths) == [files[p] for p in paths]
+        assert (reader.stats.hits, reader.stats.misses) == (25, 20)
+        assert reader.stats.write_backs_dropped == 0
+    assert set(tier.manifest("ds")) == set(paths)
+    assert_consistent(tier)
+
+
+def test_a_batch_whose_write_backs_fail_still_reads_every_file(url, data, monkeypatch):
+    """A fill that fails (here: the directory tier's disk, or Redis, refusing the write) is no
+    failed read: the batch returns every file from the source and writing pauses."""
+    root, files = data
+    tier = listed(url, root)
+    paths = sorted(files)
+
+    def broken(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_reader, "store_file", broken)
+    with DatasetReader("ds", tier_url=url, prefix="t", threads=4) as reader:
+        assert reader.read_many(paths) == [files[p] for p in paths]
+        assert reader.stats.written_back == 0 and reader.stats.misses == len(paths)
+    assert tier.manifest("ds") == {}
+
+
 def test_a_removed_data_set_gets_no_entries_once_the_reader_noticed(url, data):
     root, files = data
     tier = listed(url, root)

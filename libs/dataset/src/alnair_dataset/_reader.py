@@ -6,9 +6,13 @@ exists and every chunk is there, otherwise from the source (and, if asked, writt
 the next epoch hits). A tier error opens a breaker for ``breaker_seconds``: reads go
 straight to the source instead of waiting on a dead server's time-out for every file.
 
-Write-backs are a cache fill, never worth slowing a read for: they run on a small executor of
-their own, and a miss found with :data:`WRITE_BACK_QUEUE_BYTES` already waiting to be written
-is not written back (the next epoch's miss writes it).
+Write-backs are a cache fill, never worth slowing a single read for: a read's miss is written
+on a small executor of their own, and one found with :data:`WRITE_BACK_QUEUE_BYTES` already
+waiting to be written is not written back (the next epoch's miss writes it). A batch's misses
+(:meth:`DatasetReader.read_many`) are written by the reader thread that read each, before the
+batch returns: with several threads reading misses at once the two writers fell behind (on a
+16-core host, 8 DataLoader workers, the directory tier held 3,877 of 12,000 samples after the
+first epoch, where one read at a time let them write 11,776), so the next epochs missed too.
 
 Snapshot semantics: a hit returns the bytes as they were when hydrated; the hydrator
 notices changes on its next run (versions differ) and re-hydrates those files.
@@ -263,9 +267,9 @@ class DatasetReader:
                 self.stats.count(hit=True, size=len(data))
         missing = [i for i, data in enumerate(out) if data is None]
         if len(missing) == 1:
-            out[missing[0]] = self._from_source(files[missing[0]])
+            out[missing[0]] = self._from_source(files[missing[0]], now=True)
         elif missing:
-            read = self._pool.map(self._from_source, [files[i] for i in missing])
+            read = self._pool.map(lambda f: self._from_source(f, now=True), [files[i] for i in missing])
             for i, data in zip(missing, read, strict=True):
                 out[i] = data
         return out  # type: ignore[return-value]  # every None was filled above
@@ -286,13 +290,16 @@ class DatasetReader:
                 pending.append((nxt, self._pool.submit(self.read, nxt)))
             yield path, future.result()
 
-    def _from_source(self, file: SourceFile, start: int = 0, end: int | None = None) -> bytes:
+    def _from_source(self, file: SourceFile, start: int = 0, end: int | None = None, *,
+                     now: bool = False) -> bytes:
+        """The bytes from the source; the whole file written back on the writers' executor, or
+        before returning with ``now`` (a batch's misses)."""
         end = file.size if end is None else end
         if end <= start:
             return b""  # an empty file is no miss, as in read()
         data = self.source.read(file, start, end)
         self.stats.count(hit=False, size=len(data))
-        self._maybe_write_back(file, data if (start, end) == (0, file.size) else None)
+        self._maybe_write_back(file, data if (start, end) == (0, file.size) else None, now=now)
         return data
 
     def _from_tier(self, files: list[SourceFile], start: int = 0,
@@ -335,7 +342,7 @@ class DatasetReader:
             out[i] = data[start - first:stop - first]  # all of it (read_many): no copy
         return out
 
-    def _maybe_write_back(self, file: SourceFile, data: bytes | None) -> None:
+    def _maybe_write_back(self, file: SourceFile, data: bytes | None, *, now: bool = False) -> None:
         if not (self._write_back and self._known and self.tier is not None and self.tier.budget_bytes):
             return
         if time.monotonic() < max(self._down_until, self._full_until):
@@ -343,14 +350,18 @@ class DatasetReader:
         with self._lock:
             if file.path in self._writing:
                 return
-            if self._writing and self._queued_bytes + file.size > WRITE_BACK_QUEUE_BYTES:
+            if not now and self._writing and self._queued_bytes + file.size > WRITE_BACK_QUEUE_BYTES:
                 self.stats.write_backs_dropped += 1
                 return
             self._writing.add(file.path)
             self._queued_bytes += file.size
-            future = self._writer.submit(self._write, file, data)
-            self._write_futures.add(future)
-        future.add_done_callback(self._write_futures.discard)
+            if not now:
+                future = self._writer.submit(self._write, file, data)
+                self._write_futures.add(future)
+        if now:
+            self._write(file, data)
+        else:
+            future.add_done_callback(self._write_futures.discard)
 
     def _write(self, file: SourceFile, data: bytes | None) -> None:
         assert self.tier is not None
@@ -365,7 +376,7 @@ class DatasetReader:
             self._write_back = False  # read-only credentials (Kubernetes pods): the hydrator fills
         except TierUnavailableError:
             self._trip()
-        except CapacityError:
+        except (CapacityError, OSError):  # no room (or the directory tier's disk failing): try later
             self._full_until = time.monotonic() + RECHECK_SECONDS
         except DatasetError:
             pass  # changed: the next read goes to the source again
