@@ -70,7 +70,8 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server
         # boto3 code that names no endpoint, pointed at `alnair dataset serve-s3` by the variable.
         port = free_port()
         gateway = subprocess.Popen([*ALNAIR, "dataset", "serve-s3", "mnist-s3", "--listen", f"127.0.0.1:{port}",
-                                    "--data-dir", str(data_dir)], stderr=subprocess.PIPE, text=True)
+                                    "--data-dir", str(data_dir)], stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # stacks on SIGABRT
         try:
             boto_env = {**os.environ, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}
             boto_env.pop("AWS_ENDPOINT_URL")  # the gateway, not the source, is what the code sees
@@ -84,7 +85,12 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server
                                   timeout=60)
         finally:
             gateway.send_signal(signal.SIGINT)
-            _, gateway_err = gateway.communicate(timeout=30)
+            try:
+                _, gateway_err = gateway.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # seen once under the whole suite: say where it hung
+                gateway.send_signal(signal.SIGABRT)
+                _, gateway_err = gateway.communicate(timeout=30)
+                pytest.fail(f"serve-s3 did not stop within 30 s of Ctrl-C; its threads:\n{gateway_err[-6000:]}")
         assert boto.returncode == 0, boto.stderr + gateway_err
         assert json.loads(boto.stdout) == {f"mnist/{p}": hashlib.sha256(d).hexdigest() for p, d in files.items()}
         assert f"serving s3://{bucket}/mnist/ (data set mnist-s3)" in gateway_err
