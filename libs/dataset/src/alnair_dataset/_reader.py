@@ -358,10 +358,9 @@ class DatasetReader:
             if not now:
                 future = self._writer.submit(self._write, file, data)
                 self._write_futures.add(future)
-        if now:
-            self._write(file, data)
-        else:
-            future.add_done_callback(self._write_futures.discard)
+                future.add_done_callback(self._write_futures.discard)  # set.discard: takes no lock
+                return
+        self._write(file, data)
 
     def _write(self, file: SourceFile, data: bytes | None) -> None:
         assert self.tier is not None
