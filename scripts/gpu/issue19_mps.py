@@ -4,7 +4,7 @@
     python3 scripts/gpu/issue19_mps.py --lib /tmp/alnair-b/libalnair_cuda.so --out "$OUT"
 
 As root: starts an MPS control daemon for one GPU (``nvidia-cuda-mps-control -d``, its pipe
-and log directories in a temporary directory), then runs the bf16 4096² matmul loop of
+and log directories in a temporary directory), then runs the bf16 4096² (``--size``) matmul loop of
 ``issue19_h200.py`` (10 matmuls a step, synchronised, steps counted over a fixed window) as
 child processes under the built interceptor, each with a limits file in MPS mode
 (``mps_pipe_directory``, rendered by ``alnair_common.cuda_handoff``): the interceptor turns
@@ -71,6 +71,7 @@ PHASES = (
     ("ts_pair_30_70", False, (30, 70)),
     ("ts_pair_10_90", False, (10, 90)),
     ("mps_alone", True, (0,)),
+    ("mps_pair_none", True, (0, 0)),  # what a pair gets together: the higher limit's yardstick
     *((f"single_{p}", True, (p,)) for p in (10, 30, 50, 70, 90)),
     ("pair_30_70", True, (30, 70)),
     ("pair_10_90", True, (10, 90)),
@@ -81,13 +82,13 @@ PHASES = (
 # ---- the tenant (its own process, under the interceptor) --------------------------------
 
 
-def tenant_worker() -> None:
+def tenant_worker(size: int) -> None:
     """Warms up, says ready, waits for the phase's start time, runs the loop until
     start + settle + measure and reports its rate over the last ``measure`` seconds."""
     import torch
 
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
 
     def step() -> int:
         for _ in range(10):
@@ -210,7 +211,7 @@ class Run:
         procs: list[Tenant] = []
         try:
             for i, p in enumerate(percents):
-                procs.append(Tenant(self.tenant_env(f"{name}-{i}", p, mps)))
+                procs.append(Tenant(self.tenant_env(f"{name}-{i}", p, mps), self.args.size))
             ready = [p.line(90) for p in procs]
             if not all(r.get("ready") for r in ready):
                 return {"error": "a tenant did not start", "tenants": ready,
@@ -241,11 +242,11 @@ class Tenant:
     """One tenant process: its JSON lines through a queue (a read with a deadline), its
     stderr into a file of its workspace (a full pipe would stall it)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], size: int) -> None:
         self.err_path = Path(env["ALNAIR_WORKSPACE"], "stderr.txt")
         with self.err_path.open("w") as err:
-            self.proc = subprocess.Popen([sys.executable, __file__, "--tenant"], env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True)
+            self.proc = subprocess.Popen([sys.executable, __file__, "--tenant", str(size)], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -316,7 +317,8 @@ def markdown(results: dict) -> str:
                 f"{t.get('share_percent', '')} | {total:.1f} | {t.get('region', {}).get('throttled_ns', '')} | "
                 f"{env.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE') or '-'} | "
                 f"{env.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') or '-'} | {t.get('clock_power') or ''} |")
-    head = (f"MPS mode on {results.get('gpu')} ({results.get('driver')}); reference (alone, MPS, no "
+    head = (f"MPS mode on {results.get('gpu')} ({results.get('driver')}), bf16 {results.get('size')}² "
+            f"matmul; reference (alone, MPS, no "
             f"limit): {results.get('reference_rate')} matmul/s; alone without MPS: "
             f"{results.get('native_rate')} matmul/s; windows: {results['settle_s']} s settle, "
             f"{results['measure_s']} s measured.\n\n")
@@ -331,6 +333,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=2.0)
     ap.add_argument("--measure", type=float, default=8.0)
     ap.add_argument("--phases", default="", help="comma-separated phase names (default: all)")
+    ap.add_argument("--size", type=int, default=4096,
+                    help="the matmul's n (n x n bf16): the grid's tiles against the SMs of a partition")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("issue19_mps.py runs as root: it starts and stops the MPS control daemon")
@@ -344,7 +348,8 @@ def main() -> None:
     uuid = gpu_uuid(a.gpu)
     smi = subprocess.run(["nvidia-smi", "-i", a.gpu, "--query-gpu=name,driver_version,compute_mode",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    results: dict = {"gpu": uuid, "driver": smi, "settle_s": a.settle, "measure_s": a.measure, "phases": {}}
+    results: dict = {"gpu": uuid, "driver": smi, "size": a.size, "settle_s": a.settle, "measure_s": a.measure,
+                     "phases": {}}
     root = Path(tempfile.mkdtemp(prefix="alnair-mps-"))
     root.chmod(0o755)
     run = Run(a, root, uuid)
@@ -379,6 +384,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--tenant":
-        tenant_worker()
+        tenant_worker(int(sys.argv[2]))
     else:
         main()

@@ -107,6 +107,7 @@ class WorkloadProfile(_message.Message):
     MEMCPY_HTOD_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     MEMCPY_DTOH_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     MEMCPY_DTOD_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     phase: _workload_pb2.WorkloadPhase.ValueType
     predicted_peak_gpu_memory_bytes: _builtins.int
@@ -149,6 +150,12 @@ class WorkloadProfile(_message.Message):
     def memcpy_dtoh_bytes_per_second(self) -> Global___SeriesSummary: ...
     @_builtins.property
     def memcpy_dtod_bytes_per_second(self) -> Global___SeriesSummary: ...
+    @_builtins.property
+    def usage(self) -> _workload_pb2.ResourceUsage:
+        """What the workload's processes used in all, when its adapter reported it (local mode);
+        the host series' maxima are never below what these totals imply.
+        """
+
     def __init__(
         self,
         *,
@@ -172,10 +179,11 @@ class WorkloadProfile(_message.Message):
         memcpy_htod_bytes_per_second: Global___SeriesSummary | None = ...,
         memcpy_dtoh_bytes_per_second: Global___SeriesSummary | None = ...,
         memcpy_dtod_bytes_per_second: Global___SeriesSummary | None = ...,
+        usage: _workload_pb2.ResourceUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "cpu_cores", b"cpu_cores", "disk_io_bytes_per_second", b"disk_io_bytes_per_second", "finished_at", b"finished_at", "gpu_memory_bytes", b"gpu_memory_bytes", "gpu_utilization_ratio", b"gpu_utilization_ratio", "memcpy_bytes_per_second", b"memcpy_bytes_per_second", "memcpy_dtod_bytes_per_second", b"memcpy_dtod_bytes_per_second", "memcpy_dtoh_bytes_per_second", b"memcpy_dtoh_bytes_per_second", "memcpy_htod_bytes_per_second", b"memcpy_htod_bytes_per_second", "memory_bytes", b"memory_bytes", "network_bytes_per_second", b"network_bytes_per_second", "request", b"request", "started_at", b"started_at", "training", b"training", "workload", b"workload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "cpu_cores", b"cpu_cores", "disk_io_bytes_per_second", b"disk_io_bytes_per_second", "finished_at", b"finished_at", "gpu_memory_bytes", b"gpu_memory_bytes", "gpu_utilization_ratio", b"gpu_utilization_ratio", "memcpy_bytes_per_second", b"memcpy_bytes_per_second", "memcpy_dtod_bytes_per_second", b"memcpy_dtod_bytes_per_second", "memcpy_dtoh_bytes_per_second", b"memcpy_dtoh_bytes_per_second", "memcpy_htod_bytes_per_second", b"memcpy_htod_bytes_per_second", "memory_bytes", b"memory_bytes", "network_bytes_per_second", b"network_bytes_per_second", "request", b"request", "started_at", b"started_at", "training", b"training", "usage", b"usage", "workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "cpu_cores", b"cpu_cores", "disk_io_bytes_per_second", b"disk_io_bytes_per_second", "finished_at", b"finished_at", "gpu_memory_bytes", b"gpu_memory_bytes", "gpu_utilization_ratio", b"gpu_utilization_ratio", "memcpy_bytes_per_second", b"memcpy_bytes_per_second", "memcpy_dtod_bytes_per_second", b"memcpy_dtod_bytes_per_second", "memcpy_dtoh_bytes_per_second", b"memcpy_dtoh_bytes_per_second", "memcpy_htod_bytes_per_second", b"memcpy_htod_bytes_per_second", "memory_bytes", b"memory_bytes", "network_bytes_per_second", b"network_bytes_per_second", "node", b"node", "owners", b"owners", "phase", b"phase", "predicted_peak_gpu_memory_bytes", b"predicted_peak_gpu_memory_bytes", "request", b"request", "started_at", b"started_at", "training", b"training", "workload", b"workload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "cpu_cores", b"cpu_cores", "disk_io_bytes_per_second", b"disk_io_bytes_per_second", "finished_at", b"finished_at", "gpu_memory_bytes", b"gpu_memory_bytes", "gpu_utilization_ratio", b"gpu_utilization_ratio", "memcpy_bytes_per_second", b"memcpy_bytes_per_second", "memcpy_dtod_bytes_per_second", b"memcpy_dtod_bytes_per_second", "memcpy_dtoh_bytes_per_second", b"memcpy_dtoh_bytes_per_second", "memcpy_htod_bytes_per_second", b"memcpy_htod_bytes_per_second", "memory_bytes", b"memory_bytes", "network_bytes_per_second", b"network_bytes_per_second", "node", b"node", "owners", b"owners", "phase", b"phase", "predicted_peak_gpu_memory_bytes", b"predicted_peak_gpu_memory_bytes", "request", b"request", "started_at", b"started_at", "training", b"training", "usage", b"usage", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from alnair.v1 import common_pb2 as alnair_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61lnair/v1/workload.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x06\n\x08Workload\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12#\n\x06owners\x18\x02 \x03(\x0b\x32\x13.alnair.v1.OwnerRef\x12&\n\x07request\x18\x03 \x01(\x0b\x32\x15.alnair.v1.GpuRequest\x12\x16\n\x0escheduler_name\x18\x04 \x01(\t\x12\'\n\x05phase\x18\x05 \x01(\x0e\x32\x18.alnair.v1.WorkloadPhase\x12\x0c\n\x04node\x18\x06 \x01(\t\x12,\n\nassignment\x18\x07 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\x12\x39\n\x0b\x61nnotations\x18\x08 \x03(\x0b\x32$.alnair.v1.Workload.AnnotationsEntry\x12/\n\x06labels\x18\t \x03(\x0b\x32\x1f.alnair.v1.Workload.LabelsEntry\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\texit_code\x18\r \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x0f\n\x07\x63ommand\x18\x0f \x03(\t\x12\x13\n\x0bworking_dir\x18\x10 \x01(\t\x12\x39\n\x0b\x65nvironment\x18\x11 \x03(\x0b\x32$.alnair.v1.Workload.EnvironmentEntry\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_exit_code\"\x89\x01\n\rWorkloadEvent\x12%\n\x08workload\x18\x01 \x01(\x0b\x32\x13.alnair.v1.Workload\x12/\n\x0bobserved_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x0e\n\x06source\x18\x04 \x01(\t*\xd6\x01\n\rWorkloadPhase\x12\x1e\n\x1aWORKLOAD_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKLOAD_PHASE_PENDING\x10\x01\x12\x18\n\x14WORKLOAD_PHASE_BOUND\x10\x02\x12\x1a\n\x16WORKLOAD_PHASE_RUNNING\x10\x03\x12\x1c\n\x18WORKLOAD_PHASE_SUCCEEDED\x10\x04\x12\x19\n\x15WORKLOAD_PHASE_FAILED\x10\x05\x12\x1a\n\x16WORKLOAD_PHASE_DELETED\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61lnair/v1/workload.proto\x12\talnair.v1\x1a\x16\x61lnair/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x06\n\x08Workload\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.alnair.v1.WorkloadRef\x12#\n\x06owners\x18\x02 \x03(\x0b\x32\x13.alnair.v1.OwnerRef\x12&\n\x07request\x18\x03 \x01(\x0b\x32\x15.alnair.v1.GpuRequest\x12\x16\n\x0escheduler_name\x18\x04 \x01(\t\x12\'\n\x05phase\x18\x05 \x01(\x0e\x32\x18.alnair.v1.WorkloadPhase\x12\x0c\n\x04node\x18\x06 \x01(\t\x12,\n\nassignment\x18\x07 \x01(\x0b\x32\x18.alnair.v1.GpuAssignment\x12\x39\n\x0b\x61nnotations\x18\x08 \x03(\x0b\x32$.alnair.v1.Workload.AnnotationsEntry\x12/\n\x06labels\x18\t \x03(\x0b\x32\x1f.alnair.v1.Workload.LabelsEntry\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\texit_code\x18\r \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x0f\n\x07\x63ommand\x18\x0f \x03(\t\x12\x13\n\x0bworking_dir\x18\x10 \x01(\t\x12\x39\n\x0b\x65nvironment\x18\x11 \x03(\x0b\x32$.alnair.v1.Workload.EnvironmentEntry\x12\'\n\x05usage\x18\x12 \x01(\x0b\x32\x18.alnair.v1.ResourceUsage\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_exit_code\"\x8f\x01\n\rResourceUsage\x12\x18\n\x10\x63pu_user_seconds\x18\x01 \x01(\x01\x12\x1a\n\x12\x63pu_system_seconds\x18\x02 \x01(\x01\x12\x15\n\rmax_rss_bytes\x18\x03 \x01(\x04\x12\x17\n\x0f\x64isk_read_bytes\x18\x04 \x01(\x04\x12\x18\n\x10\x64isk_write_bytes\x18\x05 \x01(\x04\"\x89\x01\n\rWorkloadEvent\x12%\n\x08workload\x18\x01 \x01(\x0b\x32\x13.alnair.v1.Workload\x12/\n\x0bobserved_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x0e\n\x06source\x18\x04 \x01(\t*\xd6\x01\n\rWorkloadPhase\x12\x1e\n\x1aWORKLOAD_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKLOAD_PHASE_PENDING\x10\x01\x12\x18\n\x14WORKLOAD_PHASE_BOUND\x10\x02\x12\x1a\n\x16WORKLOAD_PHASE_RUNNING\x10\x03\x12\x1c\n\x18WORKLOAD_PHASE_SUCCEEDED\x10\x04\x12\x19\n\x15WORKLOAD_PHASE_FAILED\x10\x05\x12\x1a\n\x16WORKLOAD_PHASE_DELETED\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,16 +39,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKLOAD_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_WORKLOAD_ENVIRONMENTENTRY']._loaded_options = None
   _globals['_WORKLOAD_ENVIRONMENTENTRY']._serialized_options = b'8\001'
-  _globals['_WORKLOADPHASE']._serialized_start=1045
-  _globals['_WORKLOADPHASE']._serialized_end=1259
+  _globals['_WORKLOADPHASE']._serialized_start=1232
+  _globals['_WORKLOADPHASE']._serialized_end=1446
   _globals['_WORKLOAD']._serialized_start=97
-  _globals['_WORKLOAD']._serialized_end=902
-  _globals['_WORKLOAD_ANNOTATIONSENTRY']._serialized_start=739
-  _globals['_WORKLOAD_ANNOTATIONSENTRY']._serialized_end=789
-  _globals['_WORKLOAD_LABELSENTRY']._serialized_start=791
-  _globals['_WORKLOAD_LABELSENTRY']._serialized_end=836
-  _globals['_WORKLOAD_ENVIRONMENTENTRY']._serialized_start=838
-  _globals['_WORKLOAD_ENVIRONMENTENTRY']._serialized_end=888
-  _globals['_WORKLOADEVENT']._serialized_start=905
-  _globals['_WORKLOADEVENT']._serialized_end=1042
+  _globals['_WORKLOAD']._serialized_end=943
+  _globals['_WORKLOAD_ANNOTATIONSENTRY']._serialized_start=780
+  _globals['_WORKLOAD_ANNOTATIONSENTRY']._serialized_end=830
+  _globals['_WORKLOAD_LABELSENTRY']._serialized_start=832
+  _globals['_WORKLOAD_LABELSENTRY']._serialized_end=877
+  _globals['_WORKLOAD_ENVIRONMENTENTRY']._serialized_start=879
+  _globals['_WORKLOAD_ENVIRONMENTENTRY']._serialized_end=929
+  _globals['_RESOURCEUSAGE']._serialized_start=946
+  _globals['_RESOURCEUSAGE']._serialized_end=1089
+  _globals['_WORKLOADEVENT']._serialized_start=1092
+  _globals['_WORKLOADEVENT']._serialized_end=1229
 # @@protoc_insertion_point(module_scope)

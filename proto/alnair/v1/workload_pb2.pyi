@@ -137,6 +137,7 @@ class Workload(_message.Message):
     COMMAND_FIELD_NUMBER: _builtins.int
     WORKING_DIR_FIELD_NUMBER: _builtins.int
     ENVIRONMENT_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     scheduler_name: _builtins.str
     """`schedulerName` of a pod; "alnair-scheduler" for local workloads."""
     phase: Global___WorkloadPhase.ValueType
@@ -184,6 +185,12 @@ class Workload(_message.Message):
         The agent reads the workspace first and never republishes this field.
         """
 
+    @_builtins.property
+    def usage(self) -> Global___ResourceUsage:
+        """A finished local workload: what its processes used in all, as the kernel counted it when
+        they were reaped. Unset for pods and for workloads whose reaper could not say.
+        """
+
     def __init__(
         self,
         *,
@@ -204,16 +211,55 @@ class Workload(_message.Message):
         command: _abc.Iterable[_builtins.str] | None = ...,
         working_dir: _builtins.str = ...,
         environment: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        usage: Global___ResourceUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "assignment", b"assignment", "created_at", b"created_at", "exit_code", b"exit_code", "finished_at", b"finished_at", "ref", b"ref", "request", b"request", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "assignment", b"assignment", "created_at", b"created_at", "exit_code", b"exit_code", "finished_at", b"finished_at", "ref", b"ref", "request", b"request", "started_at", b"started_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "annotations", b"annotations", "assignment", b"assignment", "command", b"command", "created_at", b"created_at", "environment", b"environment", "exit_code", b"exit_code", "finished_at", b"finished_at", "labels", b"labels", "message", b"message", "node", b"node", "owners", b"owners", "phase", b"phase", "ref", b"ref", "request", b"request", "scheduler_name", b"scheduler_name", "started_at", b"started_at", "working_dir", b"working_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "annotations", b"annotations", "assignment", b"assignment", "command", b"command", "created_at", b"created_at", "environment", b"environment", "exit_code", b"exit_code", "finished_at", b"finished_at", "labels", b"labels", "message", b"message", "node", b"node", "owners", b"owners", "phase", b"phase", "ref", b"ref", "request", b"request", "scheduler_name", b"scheduler_name", "started_at", b"started_at", "usage", b"usage", "working_dir", b"working_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_code) -> _WhichOneofReturnType__exit_code | None: ...
 
 Global___Workload: _TypeAlias = Workload  # noqa: Y015
+
+@_typing.final
+class ResourceUsage(_message.Message):
+    """Totals of a finished process tree (getrusage of the reaped children): exact where the
+    exporter's periodic samples are thin (a workload that lived under a sampling period has
+    none). Only processes that were waited for are counted; max_rss_bytes is the largest
+    single process's peak resident memory, not the tree's sum.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CPU_USER_SECONDS_FIELD_NUMBER: _builtins.int
+    CPU_SYSTEM_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_RSS_BYTES_FIELD_NUMBER: _builtins.int
+    DISK_READ_BYTES_FIELD_NUMBER: _builtins.int
+    DISK_WRITE_BYTES_FIELD_NUMBER: _builtins.int
+    cpu_user_seconds: _builtins.float
+    cpu_system_seconds: _builtins.float
+    max_rss_bytes: _builtins.int
+    disk_read_bytes: _builtins.int
+    """Bytes the processes made the block layer read and write (page-cache hits are not reads)."""
+    disk_write_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        cpu_user_seconds: _builtins.float = ...,
+        cpu_system_seconds: _builtins.float = ...,
+        max_rss_bytes: _builtins.int = ...,
+        disk_read_bytes: _builtins.int = ...,
+        disk_write_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_system_seconds", b"cpu_system_seconds", "cpu_user_seconds", b"cpu_user_seconds", "disk_read_bytes", b"disk_read_bytes", "disk_write_bytes", b"disk_write_bytes", "max_rss_bytes", b"max_rss_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceUsage: _TypeAlias = ResourceUsage  # noqa: Y015
 
 @_typing.final
 class WorkloadEvent(_message.Message):

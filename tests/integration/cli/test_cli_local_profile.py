@@ -1,5 +1,6 @@
 """A local workload with no GPU process (a CPU stage, on a simulated card) still gets a profile
-with host series: `alnair up`, `alnair run` of a CPU-bound program, then `alnair profile`."""
+with host series: `alnair up`, `alnair run` of a CPU-bound program, then `alnair profile`; and
+one that ends within one sampling period has host figures from what its reaper counted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from alnair_common.natsd import free_port
 from alnair_common.testing import wait_until
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 4: pass\n"
+# ~0.2 s: 80 MiB touched page by page, then CPU until 0.1 s of it is spent
+SHORT = ("import time\nb = bytearray(80 << 20)\nb[::4096] = b'x' * len(b[::4096])\n"
+         "t = time.process_time()\nwhile time.process_time() - t < 0.1: pass\n")
 
 
 @pytest.mark.timeout(300)
@@ -40,12 +44,21 @@ async def test_a_cpu_only_local_workload_has_host_series_in_its_profile(tmp_path
             "--", "python", "-c", BUSY], capture_output=True, text=True, timeout=120, env=env)
         assert run.returncode == 0, run.stderr
 
-        def profiled() -> dict | None:
-            done = subprocess.run([*ALNAIR, "profile", "cpu-stage", "--data-dir", str(data_dir), "--json"],
+        def profiled(name: str = "cpu-stage") -> dict | None:
+            done = subprocess.run([*ALNAIR, "profile", name, "--data-dir", str(data_dir), "--json"],
                                   capture_output=True, text=True, timeout=30)
             return json.loads(done.stdout) if done.returncode == 0 else None
 
         found = await asyncio.to_thread(wait_until, profiled, timeout=60, interval=1.0, what="the profile")
+        short = await asyncio.to_thread(subprocess.run, [
+            *ALNAIR, "run", "--data-dir", str(data_dir), "--name", "short-stage", "--gpu-memory", "1",
+            "--", "python", "-c", SHORT], capture_output=True, text=True, timeout=120, env=env)
+        assert short.returncode == 0, short.stderr
+        brief = await asyncio.to_thread(wait_until, lambda: profiled("short-stage"), timeout=60, interval=1.0,
+                                        what="the short workload's profile")
+        shown = await asyncio.to_thread(subprocess.run, [*ALNAIR, "profile", "short-stage", "--data-dir",
+                                                         str(data_dir)], capture_output=True, text=True,
+                                        timeout=30, env=env)
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)
@@ -60,3 +73,11 @@ async def test_a_cpu_only_local_workload_has_host_series_in_its_profile(tmp_path
     assert series["cpu_cores"]["samples"] > 0 and series["cpu_cores"]["max"] > 0.3, series["cpu_cores"]
     assert series["memory_bytes"]["max"] > 1 << 20, series["memory_bytes"]
     assert series["gpu_utilization_ratio"]["samples"] == 0  # no GPU process: host series only
+    [record] = brief["workloads"]
+    usage, series = record["usage"], record["series"]
+    assert usage["cpu_user_seconds"] + usage["cpu_system_seconds"] >= 0.1, usage
+    assert usage["max_rss_bytes"] >= 80 << 20, usage
+    # ended before a second host sample: its maxima come from the totals
+    assert series["memory_bytes"]["max"] >= 80 << 20, series["memory_bytes"]
+    assert series["cpu_cores"]["max"] > 0, series["cpu_cores"]
+    assert "used in all" in shown.stdout and "peak memory of one process" in shown.stdout, shown.stdout

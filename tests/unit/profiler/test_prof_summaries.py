@@ -11,6 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from alnair.v1 import common_pb2, metrics_pb2, profile_pb2, workload_pb2
 from alnair_common import ConfigError, load_settings
 from alnair_profiler import ProfilerSettings, SeriesSummary, WorkloadProfile
+from alnair_profiler._accumulator import WorkloadState
 from alnair_profiler._domain import InvalidInputError, Point, Rejected, points_from_batch, workload_from_event
 from alnair_profiler._profile import SERIES
 from alnair_profiler._series import MAX_POINTS, Series
@@ -91,6 +92,41 @@ def test_profile_round_trips_through_record_and_message() -> None:
     assert profile.object_ref().kind == "Pod"
     assert profile.annotations()["ai.centaurus.io/max-cpu-cores"] == "2"
     assert all(k.startswith("ai.centaurus.io/") for k in profile.annotations())
+
+
+def test_exit_totals_raise_the_host_maxima_of_a_workload_with_no_samples() -> None:
+    """A local workload that ended within one sampling period: its reaper's totals are its
+    host figures (peak memory as is, CPU and disk as mean rates over its 2 s), and they travel
+    in the record and the message."""
+    usage = workload_pb2.ResourceUsage(cpu_user_seconds=1.5, cpu_system_seconds=0.5, max_rss_bytes=300 << 20,
+                                       disk_read_bytes=4_000_000, disk_write_bytes=2_000_000)
+    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid="u", mode=common_pb2.MODE_LOCAL),
+                              phase=workload_pb2.WORKLOAD_PHASE_SUCCEEDED, started_at=_ts(10), finished_at=_ts(12),
+                              usage=usage)
+    info = workload_from_event(workload_pb2.WorkloadEvent(workload=w))
+    profile = WorkloadState("u").profile(info)
+    s = profile.summaries
+    assert s["memory_bytes"].max == 300 << 20 and s["memory_bytes"].samples == 0
+    assert s["cpu_cores"].max == pytest.approx(1.0) and s["disk_io_bytes_per_second"].max == pytest.approx(3e6)
+    assert s["gpu_utilization_ratio"].max == 0  # nothing proven about the GPU
+    assert profile.to_proto().usage == usage
+    assert WorkloadProfile.from_doc(profile.to_doc()).info.usage == info.usage
+    assert float(profile.annotations()["ai.centaurus.io/max-memory-bytes"]) == pytest.approx(300 << 20, rel=1e-5)
+
+    sampled = WorkloadState("u")  # samples above the floors keep their maxima
+    sampled.add(Point("u", "cpu_cores", 10.5, 3.0))
+    sampled.add(Point("u", "memory_bytes", 10.5, float(400 << 20)))
+    kept = sampled.profile(info).summaries
+    assert kept["cpu_cores"].max == 3.0 and kept["memory_bytes"].max == 400 << 20
+
+
+def test_exit_totals_that_are_not_numbers_are_dropped_not_the_event() -> None:
+    w = workload_pb2.Workload(ref=common_pb2.WorkloadRef(uid="u"), phase=workload_pb2.WORKLOAD_PHASE_FAILED,
+                              usage=workload_pb2.ResourceUsage(cpu_user_seconds=math.nan, max_rss_bytes=5))
+    info = workload_from_event(workload_pb2.WorkloadEvent(workload=w))
+    assert info.finished and info.usage is None
+    w.usage.cpu_user_seconds = -1.0
+    assert workload_from_event(workload_pb2.WorkloadEvent(workload=w)).usage is None
 
 
 def test_every_recorded_series_is_in_the_message_copy_directions_included() -> None:

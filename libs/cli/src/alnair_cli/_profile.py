@@ -68,6 +68,11 @@ def workload_view(doc: dict[str, Any]) -> Group:
     if t.get("reason"):
         head.add_row("", str(t["reason"]))
     head.add_row("predicted peak GPU memory", _fmt("gpu_memory_bytes", doc.get("predicted_peak_gpu_memory_bytes", 0)))
+    if u := doc.get("usage"):
+        cpu, peak = u["cpu_user_seconds"] + u["cpu_system_seconds"], _fmt("memory_bytes", u["max_rss_bytes"])
+        head.add_row("used in all", f"CPU {cpu:.2f} s (user {u['cpu_user_seconds']:.2f} s), peak memory of "
+                                    f"one process {peak}, disk {u['disk_read_bytes'] / 1e6:.3g} MB read, "
+                                    f"{u['disk_write_bytes'] / 1e6:.3g} MB written")
     table = Table("series", "max", "p10", "p50", "p90", "samples", title="usage")
     for name in SERIES:
         s = (doc.get("series") or {}).get(name) or {}

@@ -254,6 +254,9 @@ class Agent:
                             reason or ("" if ok else f"exited with code {code}"))
         if code is not None:
             done.exit_code = code
+        usage = Workspace.of(self.workloads_dir, running.ref.uid).usage()
+        if usage is not None:
+            done.usage.CopyFrom(usage)
         done.finished_at.FromDatetime(datetime.now(UTC))
         await self.lifecycle.publish(done)
 

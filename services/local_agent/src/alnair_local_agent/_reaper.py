@@ -4,7 +4,10 @@ Each workload runs under this small parent, in its own session, so that the work
 code survives an agent that died or restarted meanwhile: the reaper writes it to EXIT_FILE
 (atomically) and the agent, or its successor, reads it. Ctrl-C sent to the workload's
 process group reaches the command with its default meaning; the reaper itself only waits.
-A command killed by signal N is recorded as 128+N, as a shell reports it.
+A command killed by signal N is recorded as 128+N, as a shell reports it. Before the exit
+code, what the reaped processes used in all (``getrusage`` of the children: CPU time, the
+largest peak resident memory, block I/O) goes to ``usage.json`` beside EXIT_FILE: a workload
+that ends within one of the exporter's sampling periods has no series, but has these.
 
 The command's pid goes to ``child.pid`` beside EXIT_FILE (a training worker's torchrun is
 known by it in its rendezvous). The reaper is the workload's child subreaper: processes the
@@ -14,7 +17,9 @@ SIGKILL after two seconds), so a workload's processes end with it, as a containe
 """
 
 import ctypes
+import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -75,6 +80,22 @@ def _end_leftovers() -> None:
         time.sleep(0.05)
 
 
+def _write_atomically(path: str, text: str) -> None:
+    with open(f"{path}.tmp", "w") as f:
+        f.write(text)
+    os.replace(f"{path}.tmp", path)
+
+
+def _record_usage(exit_file: str) -> None:
+    """The reaped children's totals (the command and every process reaped here or by a
+    process that waited for it), as the kernel counted them."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    usage = {"cpu_user_seconds": ru.ru_utime, "cpu_system_seconds": ru.ru_stime,
+             "max_rss_bytes": ru.ru_maxrss * 1024,  # Linux counts KiB
+             "disk_read_bytes": ru.ru_inblock * 512, "disk_write_bytes": ru.ru_oublock * 512}
+    _write_atomically(os.path.join(os.path.dirname(exit_file), "usage.json"), json.dumps(usage) + "\n")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -I -S _reaper.py EXIT_FILE -- CMD...", file=sys.stderr)
@@ -94,10 +115,7 @@ def main(argv: list[str]) -> int:
         print(f"alnair: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
         code = 127 if isinstance(e, FileNotFoundError) else 126
     else:
-        pid_file = os.path.join(os.path.dirname(exit_file), "child.pid")
-        with open(f"{pid_file}.tmp", "w") as f:
-            f.write(f"{child.pid}\n")
-        os.replace(f"{pid_file}.tmp", pid_file)
+        _write_atomically(os.path.join(os.path.dirname(exit_file), "child.pid"), f"{child.pid}\n")
         while True:
             try:
                 returncode = child.wait()
@@ -106,10 +124,11 @@ def main(argv: list[str]) -> int:
                 continue
         code = returncode if returncode >= 0 else 128 - returncode
         _end_leftovers()
-    tmp = f"{exit_file}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{code}\n")
-    os.replace(tmp, exit_file)
+        try:
+            _record_usage(exit_file)
+        except OSError as e:  # the exit code matters more: record it regardless
+            print(f"alnair: cannot record the workload's usage: {e}", file=sys.stderr, flush=True)
+    _write_atomically(exit_file, f"{code}\n")
     return code
 
 

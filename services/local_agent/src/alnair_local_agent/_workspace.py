@@ -6,7 +6,8 @@ never travels on the bus, where JetStream would keep it and anyone subscribed wo
 ``submission.pb`` (the Workload as submitted), ``limits`` and ``cuda.region`` (the
 interceptor's, laid out by :mod:`alnair_common.cuda_handoff`), ``output.log`` (stdout and
 stderr), ``pid`` (the reaper's pid and start time, to recognise it after an agent restart),
-``child.pid`` (the command's pid) and ``exit_code`` (both written by the reaper); a training
+``child.pid`` (the command's pid), ``usage.json`` (what its processes used in all) and
+``exit_code`` (all three written by the reaper); a training
 job's worker also writes ``progress`` (its newest step, relayed to the controller).
 
 The directory is the platform user's only
@@ -97,6 +98,25 @@ class Workspace:
             return int(self.exit_file.read_text().strip())
         except (OSError, ValueError):
             return None
+
+    def usage(self) -> wl.ResourceUsage | None:
+        """What the reaper counted for the finished workload's processes; None when it wrote
+        nothing usable (an older reaper, a reaper killed first, a file that is not its)."""
+        try:
+            found = json.loads((self.path / "usage.json").read_text())
+            return wl.ResourceUsage(**{name: _count(found[name]) for name in _USAGE_FIELDS})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+_USAGE_FIELDS = tuple(f.name for f in wl.ResourceUsage.DESCRIPTOR.fields)
+
+
+def _count(value: object) -> float:
+    """A non-negative finite number (ints for the byte fields stay ints)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 def make_private_directory(path: Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ._detection import KernelNameReport, LaunchReport, detect
 from ._domain import COPY_DIRECTIONS, CopyCounter, LaunchPoint, Point, WorkloadInfo
 from ._peak_memory import predict_peak
-from ._profile import SERIES, WorkloadProfile
+from ._profile import SERIES, WorkloadProfile, with_exit_usage
 from ._series import Series
 
 MAX_LAUNCH_REPORTS = 2_000
@@ -70,7 +70,7 @@ class WorkloadState:
                      for name in SERIES}
         peak = predict_peak(mt, mv, ut, uv)
         return WorkloadProfile(
-            info=info, summaries=summaries,
+            info=info, summaries=with_exit_usage(summaries, info),
             training=detect(sorted(self.launches, key=lambda r: r.t), ut, uv,
                             kernel_names=list(self.kernel_names.values())),
             predicted_peak_gpu_memory_bytes=peak.predicted_bytes if peak else 0)

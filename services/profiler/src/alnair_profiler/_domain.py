@@ -42,6 +42,47 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class ExitUsage:
+    """What a finished workload's processes used in all (``ResourceUsage``: the local agent's
+    reaper counts it with getrusage); exact where the periodic host samples are thin."""
+
+    cpu_user_seconds: float = 0.0
+    cpu_system_seconds: float = 0.0
+    max_rss_bytes: int = 0
+    disk_read_bytes: int = 0
+    disk_write_bytes: int = 0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_user_seconds + self.cpu_system_seconds
+
+    def to_doc(self) -> dict[str, float]:
+        return {"cpu_user_seconds": self.cpu_user_seconds, "cpu_system_seconds": self.cpu_system_seconds,
+                "max_rss_bytes": self.max_rss_bytes, "disk_read_bytes": self.disk_read_bytes,
+                "disk_write_bytes": self.disk_write_bytes}
+
+    @classmethod
+    def from_doc(cls, d: dict | None) -> ExitUsage | None:  # type: ignore[type-arg]
+        if not d:
+            return None
+        return cls(float(d.get("cpu_user_seconds", 0.0)), float(d.get("cpu_system_seconds", 0.0)),
+                   int(d.get("max_rss_bytes", 0)), int(d.get("disk_read_bytes", 0)),
+                   int(d.get("disk_write_bytes", 0)))
+
+    @classmethod
+    def from_proto(cls, u: workload_pb2.ResourceUsage) -> ExitUsage | None:
+        """None for times that are not finite non-negative numbers: the lifecycle event still
+        counts, its totals do not."""
+        if not all(math.isfinite(t) and t >= 0 for t in (u.cpu_user_seconds, u.cpu_system_seconds)):
+            return None
+        return cls(u.cpu_user_seconds, u.cpu_system_seconds, u.max_rss_bytes, u.disk_read_bytes,
+                   u.disk_write_bytes)
+
+    def to_proto(self) -> workload_pb2.ResourceUsage:
+        return workload_pb2.ResourceUsage(**self.to_doc())
+
+
+@dataclass(frozen=True)
 class WorkloadInfo:
     """A workload's metadata as last seen on ``alnair.workload.events``."""
 
@@ -64,6 +105,7 @@ class WorkloadInfo:
     finished_at: datetime | None = None
     exit_code: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    usage: ExitUsage | None = None
 
     @property
     def finished(self) -> bool:
@@ -85,6 +127,7 @@ class WorkloadInfo:
                         "compute_percent": self.request_compute_percent},
             "created_at": self.created_at, "started_at": self.started_at,
             "finished_at": self.finished_at, "exit_code": self.exit_code, "labels": dict(self.labels),
+            "usage": self.usage.to_doc() if self.usage else None,
         }
 
     @classmethod
@@ -101,7 +144,7 @@ class WorkloadInfo:
             request_compute_percent=int(req.get("compute_percent", 0)),
             created_at=_aware(d.get("created_at")), started_at=_aware(d.get("started_at")),
             finished_at=_aware(d.get("finished_at")), exit_code=d.get("exit_code"),
-            labels=dict(d.get("labels") or {}))
+            labels=dict(d.get("labels") or {}), usage=ExitUsage.from_doc(d.get("usage")))
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -138,7 +181,8 @@ def workload_from_event(event: workload_pb2.WorkloadEvent) -> WorkloadInfo:
         started_at=_time(w.started_at, w.HasField("started_at")),
         finished_at=_time(w.finished_at, w.HasField("finished_at"))
         or (_time(event.observed_at, event.HasField("observed_at")) if w.phase in TERMINAL else None),
-        exit_code=w.exit_code if w.HasField("exit_code") else None, labels=dict(w.labels))
+        exit_code=w.exit_code if w.HasField("exit_code") else None, labels=dict(w.labels),
+        usage=ExitUsage.from_proto(w.usage) if w.HasField("usage") else None)
 
 
 @dataclass(frozen=True)

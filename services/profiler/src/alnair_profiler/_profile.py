@@ -91,6 +91,8 @@ class WorkloadProfile:
                 confidence=self.training.confidence, evidence=self.training.evidence),
             predicted_peak_gpu_memory_bytes=self.predicted_peak_gpu_memory_bytes,
         )
+        if i.usage is not None:
+            msg.usage.CopyFrom(i.usage.to_proto())
         for name, when in (("started_at", i.started_at), ("finished_at", i.finished_at)):
             if when is not None:
                 getattr(msg, name).CopyFrom(_timestamp(when))
@@ -115,6 +117,26 @@ class WorkloadProfile:
                                           name=i.name, uid=i.uid)
         return commands_pb2.ObjectRef(api_version="alnair.local/v1", kind="Workload",
                                       namespace=i.namespace, name=i.name, uid=i.uid)
+
+
+def with_exit_usage(summaries: Mapping[str, SeriesSummary], info: WorkloadInfo) -> dict[str, SeriesSummary]:
+    """The host series' maxima raised to what the workload's exit totals prove: a peak
+    resident memory is a memory reading the samples may have missed, and a total over the
+    run's duration is a mean rate, which the maximum is never below. A workload that ended
+    within one sampling period has no host samples; these give its profile host figures."""
+    out = dict(summaries)
+    u = info.usage
+    if u is None:
+        return out
+    floors = {"memory_bytes": float(u.max_rss_bytes)}
+    if info.started_at is not None and info.finished_at is not None:
+        seconds = (info.finished_at - info.started_at).total_seconds()
+        if seconds > 0:
+            floors["cpu_cores"] = u.cpu_seconds / seconds
+            floors["disk_io_bytes_per_second"] = (u.disk_read_bytes + u.disk_write_bytes) / seconds
+    for name, floor in floors.items():
+        out[name] = out.get(name, SeriesSummary()).merged_max(floor)
+    return out
 
 
 def maxima_annotations(maxima: Mapping[str, float]) -> dict[str, str]:
