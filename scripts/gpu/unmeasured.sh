@@ -20,5 +20,5 @@ timeout 240 python3 scripts/gpu/issue19_h200.py --lib /tmp/b/libalnair_cuda.so \
 LD_PRELOAD=/tmp/b/libalnair_cuda.so ALNAIR_WORKSPACE=$(mktemp -d) ALNAIR_CUDA_DEBUG=1 timeout 60 \
   python3 scripts/gpu/issue19_h200.py --compute small > "$out/small.json" 2> "$out/small.err"
 ALNAIR_TESTBIN=$(bash scripts/gpu/testbin_carried.sh) timeout 300 bash scripts/gpu/repo_env.sh \
-  python3 scripts/gpu/cache_epochs.py --out "$out/cache_epochs" --width 128 > "$out/cache_epochs.log" 2>&1
+  python3 scripts/gpu/cache_epochs.py --out "$out/cache_epochs" --width 128 --epochs 6 > "$out/cache_epochs.log" 2>&1
 echo "cache_epochs exit $?" >> "$out/cache_epochs.log"
