@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
@@ -44,6 +45,10 @@ class DatasetCommandError(PermanentError):
     """The hydrator refused a request, or a data set is not there; exit 2."""
 
 
+
+
+WIDE_COLUMNS = 160
+"""`alnair dataset ls` puts source and message in the table from this terminal width up."""
 
 
 def gib(n: int) -> str:
@@ -152,19 +157,47 @@ async def list_datasets(bus: Bus) -> list[cache_pb2.CacheDatasetStatus]:
     return [s for s in found if s is not None]
 
 
-def datasets_table(statuses: list[cache_pb2.CacheDatasetStatus]) -> Table:
+def datasets_table(statuses: list[cache_pb2.CacheDatasetStatus], width: int = 200) -> Group:
+    """One row of figures per data set; its source and message (a failure's reason can be a
+    sentence) follow the table on lines of their own in a terminal narrower than
+    :data:`WIDE_COLUMNS`, where squeezed into columns they wrapped a word a line. Names and
+    phases are never cut."""
+    wide = width >= WIDE_COLUMNS
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "PHASE", "PROGRESS", "CACHED", "FILES", "DEDUP SAVED", "SOURCE",
-                   "MESSAGE"):
-        table.add_column(column)
+    for column in ("NAME", "PHASE", "PROGRESS", "CACHED", "FILES", "DEDUP SAVED" if wide else "DEDUP"):
+        table.add_column(column, no_wrap=True)
+    if wide:
+        table.add_column("SOURCE")
+        table.add_column("MESSAGE")
+    details = Table.grid(padding=(0, 2))
+    details.add_column(no_wrap=True)
+    details.add_column(overflow="fold")
     for s in statuses:
         phase = PHASES.get(s.phase, "?")
         style = {"ready": "green", "failed": "red"}.get(phase, "yellow")
-        table.add_row(s.dataset, f"[{style}]{phase}[/]", f"{_bar(s.progress)} {s.progress:.0%}",
-                      f"{gib(s.cached_bytes)} / {gib(s.total_bytes)}",
-                      f"{s.files_cached}/{s.files_total}", gib(s.dedup_saved_bytes), s.source,
-                      (f"{s.reason}: " if s.reason else "") + s.message)
-    return table
+        message = (f"{s.reason}: " if s.reason else "") + s.message
+        progress = f"{_bar(s.progress)} {s.progress:.0%}" if wide else f"{s.progress:.0%}"
+        saved = gib(s.dedup_saved_bytes) if wide else " ".join(_short(s.dedup_saved_bytes))
+        cached = f"{gib(s.cached_bytes)} / {gib(s.total_bytes)}" if wide else _of(s.cached_bytes, s.total_bytes)
+        cells = [s.dataset, f"[{style}]{phase}[/]", progress, cached, f"{s.files_cached}/{s.files_total}", saved]
+        table.add_row(*cells, *((s.source, message) if wide else ()))
+        if not wide:
+            details.add_row(s.dataset, s.source)
+            if message:
+                details.add_row("", message)
+    return Group(table) if wide or not statuses else Group(table, "", details)
+
+
+def _of(part: int, whole: int) -> str:
+    """``1/20 GiB``, three digits at most; each with its unit where they differ
+    (``512 MiB/120 GiB``)."""
+    (a, unit_a), (b, unit_b) = _short(part), _short(whole)
+    return f"{a}/{b} {unit_b}" if unit_a == unit_b else f"{a} {unit_a}/{b} {unit_b}"
+
+
+def _short(n: int) -> tuple[str, str]:
+    value, unit = gib(n).split()
+    return f"{float(value):.3g}", unit
 
 
 def _bar(fraction: float, width: int = 12) -> str:
@@ -247,7 +280,7 @@ def ls(
     if json_output:
         print(json.dumps([as_json(s) for s in statuses], indent=2))
     else:
-        out.print(datasets_table(statuses))
+        out.print(datasets_table(statuses, out.width))
 
 
 @dataset_app.command("rm")
