@@ -5,12 +5,19 @@ does not serve is refused with an S3 error that says why."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from cache_support import MIB, hydrate_directly, upload, write_dataset
 
+from alnair_common.natsd import free_port
+from alnair_common.testing import wait_until
 from alnair_dataset import DatasetReader, open_tier
 from alnair_dataset.s3_gateway import S3Gateway
 
@@ -30,6 +37,8 @@ def served(s3_server, redis_node, tmp_path, monkeypatch):
     upload(s3_server.client(), bucket, "train", files)
     s3_server.client().put_object(Bucket=bucket, Key="other/config.json", Body=b"{}")
     url = redis_node().url
+    monkeypatch.setenv("ALNAIR_CACHE_TIER_URL", url)  # for a gateway process of a test's own
+    monkeypatch.setenv("ALNAIR_CACHE_PREFIX", "t")
     uri = f"s3://{bucket}/train"
     hydrate_directly(open_tier(url, budget_bytes=1 << 40, prefix="t"), "ds", uri, only=10, phase="hydrating")
     reader = DatasetReader("ds", tier_url=url, prefix="t", source=uri)
@@ -146,3 +155,40 @@ def test_an_address_off_loopback_is_refused_unless_allowed(served):
     allowed = S3Gateway([reader], "0.0.0.0:0", allow_remote=True)
     assert allowed.server.server_address[0] == "0.0.0.0"
     allowed.server.server_close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_gateway_stops_on_sigint_or_sigterm_and_gives_its_lease_back(sig, served):
+    """Started where SIGINT is ignored (as a shell script's background job is), the gateway
+    process still stops on SIGINT, and on SIGTERM, closing its reader: the data set's lease is
+    given back at once, not left to expire while the data set counts as in use."""
+    bucket, _, _, reader = served
+    tier = open_tier(os.environ["ALNAIR_CACHE_TIER_URL"], budget_bytes=1 << 40, prefix="t")
+    before = tier.readers("ds")  # the fixture's own reader
+    port = free_port()
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "alnair_dataset.s3_gateway", "--dataset", "ds", "--listen", f"127.0.0.1:{port}"],
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        client = boto3.session.Session().client(
+            "s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="any", aws_secret_access_key="any",
+            region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+
+        def serving() -> bool:
+            try:
+                return bool(client.list_objects_v2(Bucket=bucket, Prefix="train/")["KeyCount"])
+            except (ClientError, BotoCoreError):
+                assert gateway.poll() is None, gateway.stderr.read()
+                return False
+
+        wait_until(serving, timeout=30, interval=0.2, what="the gateway serving")
+        assert tier.readers("ds") == before + 1
+        gateway.send_signal(sig)
+        _, err = gateway.communicate(timeout=20)
+        assert gateway.returncode == 0, err
+        assert tier.readers("ds") == before, "the gateway's lease outlived it"
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.communicate()  # reaps it and closes its stderr pipe
+        tier.close()

@@ -87,7 +87,7 @@ def test_a_run_with_dataset_reads_it_through_the_cache(tmp_path: Path, s3_server
             gateway.send_signal(signal.SIGINT)
             try:
                 _, gateway_err = gateway.communicate(timeout=30)
-            except subprocess.TimeoutExpired:  # seen once under the whole suite: say where it hung
+            except subprocess.TimeoutExpired:  # say where it hung (SIGINT ignored, before the gateway handled it)
                 gateway.send_signal(signal.SIGABRT)
                 _, gateway_err = gateway.communicate(timeout=30)
                 pytest.fail(f"serve-s3 did not stop within 30 s of Ctrl-C; its threads:\n{gateway_err[-6000:]}")

@@ -35,6 +35,7 @@ import ipaddress
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,10 @@ from ._reader import DatasetReader
 from ._sources import S3Source
 
 log = logging.getLogger("alnair_dataset.s3_gateway")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 DEFAULT_LISTEN = "127.0.0.1:9494"
 MAX_KEYS = 1000
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -117,12 +122,21 @@ class S3Gateway:
         return self
 
     def serve(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C), then close."""
+        """Serve in this thread until SIGINT (Ctrl-C) or SIGTERM, then close. Both are
+        handled here (in the main thread): a process started where SIGINT is ignored — any
+        background job of a shell script inherits that, and Python then never turns it into
+        KeyboardInterrupt — would not stop on it, and SIGTERM would end the process without
+        closing its readers (their leases then keep the data sets in use until they expire)."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.server.serve_forever()
         except KeyboardInterrupt:
             pass
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             self.close()
 
     def close(self) -> None:
