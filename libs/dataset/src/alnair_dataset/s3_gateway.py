@@ -49,10 +49,6 @@ from ._reader import DatasetReader
 from ._sources import S3Source
 
 log = logging.getLogger("alnair_dataset.s3_gateway")
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 DEFAULT_LISTEN = "127.0.0.1:9494"
 MAX_KEYS = 1000
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -72,6 +68,11 @@ class _Served:
     bucket: str
     prefix: str  # "" or ending in "/"
     reader: DatasetReader
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGINT or SIGTERM while serving: leave serve_forever as Ctrl-C does."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 class S3Gateway:
