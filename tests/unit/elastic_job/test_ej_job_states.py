@@ -20,6 +20,7 @@ from alnair_elastic_job._job_states import (
     WorkerRefused,
     WorkersPlaced,
     WorkerStarted,
+    rendezvous_id,
     submitted,
     timeout_seconds,
 )
@@ -84,6 +85,30 @@ def test_the_same_exit_reported_twice_uses_one_restart() -> None:
     once = r(WorkerExited("b", 1))
     assert r(WorkerExited("b", 1)) is once and once.restarts == 1
     assert r(WorkersPlaced(frozenset("b"))) is once, "an ended worker cannot be placed again"
+
+
+def test_a_worker_made_for_an_earlier_gang_is_no_member_of_the_next() -> None:
+    """The CI failure of test_ej_local_torch: the rendezvous host died, the job restarted as a
+    new gang, and only then did the adapter carry out the old gang's late plan (a replacement
+    worker). Its placement was counted for the new gang, and its exit — the adapter stops such
+    a worker — as the new gang's failure, restart after restart until none were left."""
+    r = Run(job(2, 3, restarts=4))
+    r.running("a", "b", "c")
+    old = rendezvous_id(r.job, r.s)
+    r(WorkerExited("a", 1))  # the host is gone: the first exit rescales (a replacement asked) ...
+    s = r(WorkerExited("b", 1))  # ... the second leaves too few: a new gang
+    assert s.phase is Phase.RECOVERING
+    r(WorkerExited("c", 143))
+    s = r(Tick(), dt=10.0)
+    assert s.phase is Phase.SCHEDULING and (restarts := s.restarts) == 2 and rendezvous_id(r.job, s) != old
+    assert r(WorkersPlaced(frozenset("x"), old)) is s, "the old gang's late replacement"
+    assert r(WorkerExited("x", 143)) is s, "...stopped by its adapter: not this gang's failure"
+    new = rendezvous_id(r.job, s)
+    r(WorkersPlaced(frozenset("def"), new))
+    for w in "def":
+        r(WorkerStarted(w))
+    s = r(RendezvousComplete(frozenset("def"), r.s.heard_round + 1, new))
+    assert s.phase is Phase.RUNNING and s.world == frozenset("def") and s.restarts == restarts
 
 
 def test_failures_beyond_the_restart_policy_end_in_failed_with_the_reason() -> None:

@@ -224,9 +224,14 @@ class CapacityChanged:
 
 @dataclass(frozen=True)
 class WorkersPlaced:
-    """The scheduler bound these workers (a gang, or single workers when growing)."""
+    """The scheduler bound these workers (a gang, or single workers when growing).
+    ``rendezvous_id`` is their gang (their label): a worker made for an earlier gang — its
+    adapter carried out an old plan late, after the job had restarted — is no member of this
+    one (it can only meet in the old gang's rendezvous; the adapter stops it), and counting it
+    made its exit a failure of the new gang."""
 
     workers: frozenset[str]
+    rendezvous_id: str = ""
     kind: str = field(default="workers-placed", init=False)
 
 

@@ -58,6 +58,8 @@ def step(job: TrainingJob, s: JobStatus, event: JobInput, now: float) -> JobStat
         return _retarget(job, replace(s, wish=_checked_scale(job, event.replicas), refusals=0,
                                       grow_after=0.0), s, now, event.kind)
     if isinstance(event, WorkersPlaced):
+        if event.rendezvous_id not in ("", rendezvous_id(job, s)):
+            return s  # another gang's worker: never a member of this one
         return _placed(job, s, event.workers, now)
     if isinstance(event, WorkerStarted):
         if event.worker not in s.alive or event.worker in s.started:

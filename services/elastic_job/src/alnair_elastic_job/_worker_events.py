@@ -38,7 +38,7 @@ def worker_input(event: workload_pb2.WorkloadEvent) -> tuple[str, JobInput] | No
         raise JobSpecError("workload.ref.uid", f"worker of training job {w.labels[JOB_LABEL]} from "
                            f"{event.source or '?'} has no uid; adapters must send one")
     if w.phase == _P.WORKLOAD_PHASE_BOUND:
-        return key, WorkersPlaced(frozenset({uid}))
+        return key, WorkersPlaced(frozenset({uid}), found[1])
     if w.phase == _P.WORKLOAD_PHASE_RUNNING:
         return key, WorkerStarted(uid)
     if w.phase in (_P.WORKLOAD_PHASE_SUCCEEDED, _P.WORKLOAD_PHASE_FAILED):
