@@ -51,11 +51,17 @@ WIDE_COLUMNS = 160
 """`alnair dataset ls` puts source and message in the table from this terminal width up."""
 
 
-def gib(n: int) -> str:
+def _scaled(n: int) -> tuple[float, str]:
+    """``n`` bytes in the largest unit it reaches, rounded as :func:`gib` shows it."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+            return round(n / size, 1), unit
+    return n, "B"
+
+
+def gib(n: int) -> str:
+    value, unit = _scaled(n)
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 # -- talking to the hydrator -----------------------------------------------------------------
@@ -196,8 +202,8 @@ def _of(part: int, whole: int) -> str:
 
 
 def _short(n: int) -> tuple[str, str]:
-    value, unit = gib(n).split()
-    return f"{float(value):.3g}", unit
+    value, unit = _scaled(n)
+    return f"{value:.3g}", unit
 
 
 def _bar(fraction: float, width: int = 12) -> str:
