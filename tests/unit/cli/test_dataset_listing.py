@@ -40,3 +40,9 @@ def test_a_wide_terminal_keeps_one_row_per_data_set() -> None:
     text = render(WIDE_COLUMNS + 40)
     [row] = [line for line in text.splitlines() if line.lstrip().startswith("imagenet-train")]
     assert "s3://ml-datasets/imagenet/train" in row and "42%" in row and "█" in row
+
+
+def test_sizes_of_a_thousand_units_or_more_are_whole_numbers() -> None:
+    from alnair_cli._dataset import _of
+
+    assert _of(1023, 1536 << 30) == "1023 B/1536 GiB"

@@ -202,8 +202,9 @@ def _of(part: int, whole: int) -> str:
 
 
 def _short(n: int) -> tuple[str, str]:
+    """Three significant digits, whole numbers from 1000 up (1023 B, 1536 GiB: never 1.02e+03)."""
     value, unit = _scaled(n)
-    return f"{value:.3g}", unit
+    return (f"{value:.3g}" if value < 1000 else f"{value:.0f}"), unit
 
 
 def _bar(fraction: float, width: int = 12) -> str:
