@@ -42,9 +42,29 @@ CUresult cuEventRecord(CUevent e, CUstream s);
 #define SETTLE_S 2.5
 #define MEASURE_S 2.0
 
+/* Joins the shared virtual clock, then waits until every process of the run has joined
+ * (CT_SHARE_START="READY_FD,GO_FD": one byte written to READY, then GO read to its end).
+ * While a joined process waits here it counts as running, so time stands still: without
+ * this, the first process ran alone in virtual time while the second was still starting
+ * in real time (under load its settle window was over before the other's began). */
+static void start_together(void)
+{
+    const char *fds = getenv("CT_SHARE_START");
+    int ready = -1, go = -1;
+    CHECK(fds != NULL && sscanf(fds, "%d,%d", &ready, &go) == 2, "CT_SHARE_START unset");
+    (void)fakecuda_clock_ns();
+    CHECK(write(ready, "j", 1) == 1, "cannot report joining the clock");
+    close(ready);
+    char c;
+    while (read(go, &c, 1) > 0)
+        ;
+    close(go);
+}
+
 /* Launches 2-wave kernels as fast as the limit allows; prints its share. */
 static int child(int target, const char *result)
 {
+    start_together();
     CHECK_CU(cuInit(0));
     double start = ct_now_s(), t0 = 0;
     uint64_t busy0 = 0, switches0 = 0;
@@ -79,6 +99,10 @@ static void run_two(const int targets[2], bool one_workload, double share[2],
     char gpu[1024], dir[2][1024], result[2][1024];
     snprintf(gpu, sizeof gpu, "%s/shared-gpu", ws);
     pid_t pids[2];
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0, "pipe");
+    char start[32];
+    snprintf(start, sizeof start, "%d,%d", ready[1], go[0]);
     for (int i = 0; i < 2; i++) {
         snprintf(dir[i], sizeof dir[i], "%s/w%d", ws, one_workload ? 0 : i);
         snprintf(result[i], sizeof result[i], "%s/result%d", ws, i);
@@ -88,6 +112,9 @@ static void run_two(const int targets[2], bool one_workload, double share[2],
         pids[i] = fork();
         CHECK(pids[i] >= 0, "fork");
         if (pids[i] == 0) {
+            close(ready[0]);
+            close(go[1]);
+            setenv("CT_SHARE_START", start, 1);
             setenv("ALNAIR_WORKSPACE", dir[i], 1);
             setenv("ALNAIR_VGPU_COMPUTE_PERCENT", limit, 1);
             setenv("FAKECUDA_SHARED_GPU", gpu, 1);
@@ -95,6 +122,16 @@ static void run_two(const int targets[2], bool one_workload, double share[2],
             _exit(127);
         }
     }
+    close(ready[1]);
+    close(go[0]);
+    char joined[2];
+    for (size_t got = 0; got < sizeof joined;) {
+        ssize_t n = read(ready[0], joined + got, sizeof joined - got);
+        CHECK(n > 0, "a workload exited before it joined the clock");
+        got += (size_t)n;
+    }
+    close(ready[0]);
+    close(go[1]); /* both joined: they start on one time line */
     for (int i = 0; i < 2; i++) {
         int st = 0;
         CHECK(waitpid(pids[i], &st, 0) == pids[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0,
