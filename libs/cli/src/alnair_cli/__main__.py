@@ -103,7 +103,7 @@ def status(
     if as_json:
         print(json.dumps(MessageToDict(answer, preserving_proto_field_name=True), indent=2))
     else:
-        out.print(status_table(answer))
+        out.print(status_table(answer, out.width))
     if not healthy(answer):
         raise typer.Exit(1)
 
@@ -209,7 +209,7 @@ def ps(
         now = datetime.now(UTC)
         print(json.dumps([ps_row(e, now) for e in events], indent=2))
     else:
-        out.print(ps_table(events))
+        out.print(ps_table(events, out.width))
 
 
 @app.command()

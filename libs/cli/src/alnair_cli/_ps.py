@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from rich.console import Group
 from rich.table import Table
 
 from alnair.v1 import common_pb2
@@ -36,18 +37,46 @@ def row(e: wl.WorkloadEvent, now: datetime) -> dict[str, str]:
     }
 
 
-def ps_table(events: list[wl.WorkloadEvent]) -> Table:
+WIDE_COLUMNS = 140
+"""`alnair ps` shows every column from this terminal width up."""
+
+
+def ps_table(events: list[wl.WorkloadEvent], width: int = 200) -> Group:
+    """One line per workload (a long name folds; figures never wrap). In a terminal narrower than
+    :data:`WIDE_COLUMNS` the mode, node and card uuid are left out (``--json`` has them) and
+    messages follow the table, one line per workload that has one: squeezed into 11 columns
+    every cell was cut to three letters in 80 columns."""
     now = datetime.now(UTC)
+    wide = width >= WIDE_COLUMNS
     table = Table(title="Alnair workloads", title_justify="left")
-    for column in ("name", "uid", "mode", "state", "node", "gpu", "GiB", "GPU %", "exit", "age",
-                   "message"):
-        table.add_column(column)
+    columns = ("name", "uid", "mode", "state", "node", "gpu", "GiB", "GPU %", "exit", "age",
+               "message") if wide else ("name", "uid", "state", "gpu", "GiB", "GPU %", "exit", "age")
+    for column in columns:
+        table.add_column(column, no_wrap=column not in ("name", "message"), overflow="fold")
+    messages = Table.grid(padding=(0, 2))
+    messages.add_column(no_wrap=True)
+    messages.add_column(overflow="fold")
     for e in events:
         r = row(e, now)
         state = f"[{_COLOUR.get(r['state'], 'white')}]{r['state']}[/]"
-        table.add_row(r["name"], r["uid"], r["mode"], state, r["node"], r["gpu"],
-                      r["memory_gib"], r["compute_percent"], r["exit"], r["age"], r["message"])
-    return table
+        if wide:
+            table.add_row(r["name"], r["uid"], r["mode"], state, r["node"], r["gpu"],
+                          r["memory_gib"], r["compute_percent"], r["exit"], r["age"], r["message"])
+            continue
+        table.add_row(r["name"], r["uid"], state, _card(e), r["memory_gib"], r["compute_percent"],
+                      r["exit"], r["age"])
+        if r["message"]:
+            messages.add_row(f"{r['name']} ({r['uid']})", r["message"])
+    return Group(table) if wide or not messages.rows else Group(table, "", messages)
+
+
+def _card(e: wl.WorkloadEvent) -> str:
+    """The card as its index on the node (``0``, ``0 (sim)``), ``-`` before it is bound."""
+    a = e.workload.assignment
+    if not a.gpu_uuid:
+        return "-"
+    simulated = e.workload.annotations.get("ai.centaurus.io/simulated-gpu") == "true"
+    return f"{a.gpu_index}" + (" (sim)" if simulated else "")
 
 
 def _age(delta) -> str:  # type: ignore[no-untyped-def]

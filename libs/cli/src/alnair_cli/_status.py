@@ -21,10 +21,17 @@ def healthy(status: platform_pb2.PlatformStatus) -> bool:
     )
 
 
-def status_table(status: platform_pb2.PlatformStatus) -> Table:
+WIDE_COLUMNS = 140
+"""`alnair status` shows each service's role from this terminal width up."""
+
+
+def status_table(status: platform_pb2.PlatformStatus, width: int = 200) -> Table:
+    """One line per service; its role (a sentence) only in a terminal of :data:`WIDE_COLUMNS`
+    or more, where it fits on the line (in 80 columns it wrapped every service to 7–9 lines)."""
+    wide = width >= WIDE_COLUMNS
     table = Table(title=f"Alnair local platform — NATS {status.nats_url}", title_justify="left")
-    for column in ("service", "state", "pid", "restarts", "health", "role"):
-        table.add_column(column)
+    for column in ("service", "state", "pid", "restarts", "health", *(("role",) if wide else ())):
+        table.add_column(column, no_wrap=column not in ("health", "role"), overflow="fold")
     for s in status.services:
         if not s.HasField("health"):
             health = "[red]no answer[/]"
@@ -33,6 +40,7 @@ def status_table(status: platform_pb2.PlatformStatus) -> Table:
         else:
             failing = ", ".join(f"{k}: {v}" for k, v in s.health.checks.items() if v != "ok")
             health = f"[yellow]not ready[/] ({failing})"
+        role = s.health.role if s.HasField("health") else ""
         table.add_row(s.name, _STATE.get(s.state, "?"), str(s.pid), str(s.restarts), health,
-                      s.health.role if s.HasField("health") else "")
+                      *((role,) if wide else ()))
     return table
