@@ -16,7 +16,10 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rich.console import Group
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from alnair.v1 import job_pb2, platform_pb2
 from alnair_common import Bus, PermanentError, StreamFollower, TypedKV, subjects
@@ -165,28 +168,67 @@ def _age(stamp, now: datetime) -> str:  # type: ignore[no-untyped-def]
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def jobs_table(found: list[job_pb2.TrainingJobRecord]) -> Table:
+WIDE_COLUMNS = 140
+"""`alnair job ls` and `describe` put every field in its column from this terminal width up."""
+
+
+def jobs_table(found: list[job_pb2.TrainingJobRecord], width: int = 200) -> Group:
+    """One line per job. Under :data:`WIDE_COLUMNS` the namespace and the reason follow the
+    table (``default/resnet  Training``) and the world size is one column (``3/3 in 2..3``):
+    squeezed into ten columns every cell was cut to four letters in 80 columns."""
     now = datetime.now(UTC)
+    wide = width >= WIDE_COLUMNS
     table = Table(title="Alnair training jobs", title_justify="left")
-    for column in ("name", "namespace", "phase", "workers", "target", "min..max", "restarts",
-                   "goodput", "reason", "in phase"):
-        table.add_column(column)
+    columns = ("name", "namespace", "phase", "workers", "target", "min..max", "restarts",
+               "goodput", "reason", "in phase") if wide else \
+        ("name", "phase", "workers", "restarts", "goodput", "in phase")
+    for column in columns:
+        table.add_column(column, no_wrap=column != "name", overflow="fold")
+    reasons = Table.grid(padding=(0, 2))
+    reasons.add_column(no_wrap=True)
+    reasons.add_column(overflow="fold")
     for r in found:
         s = r.state
-        table.add_row(s.spec.name, s.spec.namespace, phase_name(s.phase), str(s.replicas),
-                      str(s.target_replicas), f"{s.spec.min_replicas}..{s.spec.max_replicas}",
-                      str(s.restarts), f"{s.goodput_ratio:.0%}", s.reason or "-",
-                      _age(s.entered_at, now))
-    return table
+        if wide:
+            table.add_row(s.spec.name, s.spec.namespace, phase_name(s.phase), str(s.replicas),
+                          str(s.target_replicas), f"{s.spec.min_replicas}..{s.spec.max_replicas}",
+                          str(s.restarts), f"{s.goodput_ratio:.0%}", s.reason or "-",
+                          _age(s.entered_at, now))
+            continue
+        table.add_row(s.spec.name, phase_name(s.phase),
+                      f"{s.replicas}/{s.target_replicas} in {s.spec.min_replicas}..{s.spec.max_replicas}",
+                      str(s.restarts), f"{s.goodput_ratio:.0%}", _age(s.entered_at, now))
+        reasons.add_row(f"{s.spec.namespace}/{s.spec.name}", s.reason or "-")
+    return Group(table) if wide or not found else Group(table, "", reasons)
 
 
-def history_table(states: list[job_pb2.JobState]) -> Table:
-    table = Table(title="transitions", title_justify="left")
-    for column in ("#", "at", "from", "to", "cause", "reason", "workers", "message"):
-        table.add_column(column)
-    for s in states:
-        at = s.observed_at.ToDatetime(tzinfo=UTC).strftime("%H:%M:%S") if s.observed_at.seconds else "-"
-        table.add_row(str(s.generation), at, phase_name(s.previous_phase), phase_name(s.phase),
-                      s.cause or "-", s.reason or "-", f"{s.replicas}/{s.target_replicas}",
-                      s.message)
-    return table
+def history_table(states: list[job_pb2.JobState], width: int = 200) -> Group:
+    """Every transition. Under :data:`WIDE_COLUMNS` each is a line of its figures (``#``,
+    time, ``from → to``, reason, workers) with its cause and message on the next, indented:
+    in eight columns the message wrapped a word a line (seven lines a transition)."""
+    if width >= WIDE_COLUMNS:
+        table = Table(title="transitions", title_justify="left")
+        for column in ("#", "at", "from", "to", "cause", "reason", "workers", "message"):
+            table.add_column(column)
+        for s in states:
+            table.add_row(str(s.generation), _clock(s), phase_name(s.previous_phase),
+                          phase_name(s.phase), s.cause or "-", s.reason or "-",
+                          f"{s.replicas}/{s.target_replicas}", s.message)
+        return Group(table)
+    rows = [("#", "at", "from → to", "reason", "workers")] + [
+        (str(s.generation), _clock(s), f"{phase_name(s.previous_phase)} → {phase_name(s.phase)}",
+         s.reason or "-", f"{s.replicas}/{s.target_replicas}") for s in states]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines: list[Text | Padding] = [Text("transitions", style="italic")]
+    for n, r in enumerate(rows):
+        lines.append(Text("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(),
+                          style="bold" if n == 0 else "", no_wrap=True, overflow="ellipsis"))
+        if n:
+            s = states[n - 1]
+            lines.append(Padding(Text(f"{s.cause or '-'}: {s.message}", overflow="fold"),
+                                 (0, 0, 0, widths[0] + 2)))
+    return Group(*lines)
+
+
+def _clock(s: job_pb2.JobState) -> str:
+    return s.observed_at.ToDatetime(tzinfo=UTC).strftime("%H:%M:%S") if s.observed_at.seconds else "-"

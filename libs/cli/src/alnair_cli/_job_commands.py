@@ -70,7 +70,7 @@ def submit(file: Annotated[Path, typer.Argument(help="A TrainingJob YAML file.")
 def list_jobs(data_dir: DataDir = default_data_dir(), nats_url: NatsUrl = None) -> None:
     """Every training job with its phase, world size, restarts and goodput."""
     found = _on_bus(resolve_nats(data_dir, nats_url), _job.records)
-    out.print(_job.jobs_table(found))
+    out.print(_job.jobs_table(found, out.width))
 
 
 @job_app.command()
@@ -81,8 +81,8 @@ def describe(name: str, namespace: Namespace = _job.NAMESPACE,
         return await _job.record(bus, name, namespace), await _job.history(bus, name, namespace)
 
     found, states = _on_bus(resolve_nats(data_dir, nats_url), read)
-    out.print(_job.jobs_table([found]))
-    out.print(_job.history_table(states))
+    out.print(_job.jobs_table([found], out.width))
+    out.print(_job.history_table(states, out.width))
 
 
 def _command(name: str, namespace: str, data_dir: Path, nats_url: str | None,
