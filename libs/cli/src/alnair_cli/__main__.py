@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from google.protobuf.json_format import MessageToDict
+from rich.console import Console
 from rich.markup import escape
 
 from alnair.v1 import platform_pb2
@@ -70,11 +71,12 @@ def up(
     except ConfigError as e:
         raise fail(str(e), code=2) from e
     if choice.loud:
-        err.print(f"[bold red]WARNING: {escape(choice.notice)}[/]")
+        err.print(f"[bold red]WARNING: {escape(choice.notice)}[/]", markup=True)
     else:
-        out.print(f"[dim]{escape(choice.notice)}[/]")
+        out.print(f"[dim]{escape(choice.notice)}[/]", markup=True)
     try:
-        asyncio.run(Platform(data_dir, port, out, extra_env).run())
+        # its own console with markup: the platform's lines escape every name, path and log line
+        asyncio.run(Platform(data_dir, port, Console(), extra_env).run())
     except AlnairError as e:
         raise fail(str(e)) from e
 
@@ -169,7 +171,7 @@ def run(
         bus = await target.connect()
         try:
             runner = Runner(bus, data_dir, request, lambda line: err.print(
-                f"[dim]alnair:[/] {line}", highlight=False, soft_wrap=True))
+                f"[dim]alnair:[/] {escape(line)}", markup=True, highlight=False, soft_wrap=True))
             return await runner.run(wait_timeout=wait)
         finally:
             await bus.drain()

@@ -19,6 +19,7 @@ import typer
 from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
+from rich.text import Text
 
 from alnair.v1 import cache_pb2, platform_pb2
 from alnair_common import AlnairError, Bus, PermanentError, TypedKV, subjects
@@ -185,7 +186,7 @@ def datasets_table(statuses: list[cache_pb2.CacheDatasetStatus], width: int = 20
         progress = f"{_bar(s.progress)} {s.progress:.0%}" if wide else f"{s.progress:.0%}"
         saved = gib(s.dedup_saved_bytes) if wide else " ".join(_short(s.dedup_saved_bytes))
         cached = f"{gib(s.cached_bytes)} / {gib(s.total_bytes)}" if wide else _of(s.cached_bytes, s.total_bytes)
-        cells = [s.dataset, f"[{style}]{phase}[/]", progress, cached, f"{s.files_cached}/{s.files_total}", saved]
+        cells = [s.dataset, Text(phase, style=style), progress, cached, f"{s.files_cached}/{s.files_total}", saved]
         table.add_row(*cells, *((s.source, message) if wide else ()))
         if not wide:
             details.add_row(s.dataset, s.source)
@@ -256,7 +257,7 @@ def add(
                                       exclude=exclude or [], pin=pin,
                                       owner=os.environ.get("USER", ""))
     target = resolve_nats(data_dir, nats_url)
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
                TransferSpeedColumn())
     try:
         with Progress(*columns, console=err, transient=False, disable=detach) as progress:

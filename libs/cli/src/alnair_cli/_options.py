@@ -8,11 +8,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ._platform import BusTarget, PlatformInfo
 
-out = Console()
-err = Console(stderr=True)
+# No markup parsing of what is printed: names, paths, messages and reasons come from users
+# and from the bus, and a "[/x]" in one raised MarkupError (the command died with a traceback;
+# "[link=…]" made a link). Styled output is built as Text, or printed with markup=True and
+# everything else in it escaped.
+out = Console(markup=False)
+err = Console(stderr=True, markup=False)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", envvar="ALNAIR_HOME",
                                        help="Where the local platform keeps its state.")]
@@ -22,7 +27,7 @@ NatsUrl = Annotated[str | None, typer.Option("--nats-url", envvar="ALNAIR_NATS_U
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Say what is wrong on stderr; the caller raises the returned exit."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     return typer.Exit(code)
 
 

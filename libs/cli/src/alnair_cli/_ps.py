@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from alnair.v1 import common_pb2
 from alnair.v1 import workload_pb2 as wl
@@ -58,7 +59,7 @@ def ps_table(events: list[wl.WorkloadEvent], width: int = 200) -> Group:
     messages.add_column(overflow="fold")
     for e in events:
         r = row(e, now)
-        state = f"[{_COLOUR.get(r['state'], 'white')}]{r['state']}[/]"
+        state = Text(r["state"], style=_COLOUR.get(r["state"], "white"))
         if wide:
             table.add_row(r["name"], r["uid"], r["mode"], state, r["node"], r["gpu"],
                           r["memory_gib"], r["compute_percent"], r["exit"], r["age"], r["message"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from alnair.v1 import platform_pb2
 
@@ -34,12 +35,12 @@ def status_table(status: platform_pb2.PlatformStatus, width: int = 200) -> Table
         table.add_column(column, no_wrap=column not in ("health", "role"), overflow="fold")
     for s in status.services:
         if not s.HasField("health"):
-            health = "[red]no answer[/]"
+            health = Text("no answer", style="red")
         elif s.health.ready:
-            health = "[green]ready[/]"
+            health = Text("ready", style="green")
         else:
             failing = ", ".join(f"{k}: {v}" for k, v in s.health.checks.items() if v != "ok")
-            health = f"[yellow]not ready[/] ({failing})"
+            health = Text.assemble(("not ready", "yellow"), f" ({failing})")
         role = s.health.role if s.HasField("health") else ""
         table.add_row(s.name, _STATE.get(s.state, "?"), str(s.pid), str(s.restarts), health,
                       *((role,) if wide else ()))

@@ -126,7 +126,7 @@ class Platform:
             if not stop.is_set():
                 self.supervisor.start()
                 self.console.print(
-                    f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {self.data_dir}. "
+                    f"[bold]Alnair is up[/]: NATS at {self.nats.url}, data in {escape(str(self.data_dir))}. "
                     "[dim]`alnair status` in another terminal; Ctrl-C stops everything.[/]"
                 )
             keeper = asyncio.create_task(self._keep_nats(stop), name="nats-server keeper")
