@@ -165,3 +165,31 @@ def test_any_document_either_reads_or_is_a_spec_error(spec: dict) -> None:
         return
     assert 1 <= job.min_replicas <= job.max_replicas
     assert from_proto(to_proto(job)) == job
+
+
+HUGE = 10 ** 400
+
+
+@pytest.mark.parametrize("spec", [
+    doc(minReplicas=HUGE), doc(maxReplicas=-HUGE), doc(worker={"gpuMemoryGiB": HUGE, "gpuComputePercent": 10}),
+    doc(restartPolicy={"backoffSeconds": HUGE}), doc(restartPolicy={"maxRestarts": HUGE}),
+    doc(deadlines={"schedulingTimeoutSeconds": -HUGE}), doc(deadlines={"activeDeadlineSeconds": HUGE}),
+])
+def test_a_number_too_large_for_any_field_is_a_spec_error_saying_so(spec: dict) -> None:
+    """Integers beyond a float (OverflowError) or beyond 4,300 digits (ValueError when
+    printed) are refused like any value out of range, by field."""
+    with pytest.raises(JobSpecError) as e:
+        from_mapping(spec)
+    assert e.value.field.startswith("spec.") and "1329 bits" in str(e.value), str(e.value)
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_alias_bomb_deep_nesting_or_a_5000_digit_number_is_refused_quickly() -> None:
+    levels = ", ".join(f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9))
+    bomb = f"metadata: {{name: b}}\nspec:\n  command: [&l0 [x, x, x, x, x, x, x, x, x, x], {levels}, *l8]\n"
+    with pytest.raises(JobSpecError, match=r"^spec.command: must be a list of strings, got \[\["):
+        from_yaml(bomb)  # its repr alone would be 10^8 strings
+    with pytest.raises(JobSpecError, match="is not valid YAML"):
+        from_yaml("metadata: {name: b}\nspec:\n  minReplicas: 1" + "0" * 5000 + "\n")
+    with pytest.raises(JobSpecError, match="is not valid YAML"):
+        from_yaml("spec:\n  command: " + "[" * 100_000 + "]" * 100_000 + "\n")

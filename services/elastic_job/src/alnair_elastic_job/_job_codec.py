@@ -13,7 +13,7 @@ from typing import Any
 from alnair.v1 import common_pb2, job_pb2
 
 from ._errors import JobSpecError
-from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest
+from ._job_spec import Deadlines, Launcher, RestartPolicy, TrainingJob, WorkerRequest, shown
 
 API_VERSION = "alnair.centaurus.io/v1"
 KIND = "TrainingJob"
@@ -91,7 +91,7 @@ class _Fields:
             return default
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise JobSpecError(f"{self.path}.{key}", f"must be {_kind_name(kinds)}, got {value!r}")
+            raise JobSpecError(f"{self.path}.{key}", f"must be {_kind_name(kinds)}, got {shown(value)}")
         return value
 
 
@@ -109,9 +109,9 @@ def from_mapping(doc: Any) -> TrainingJob:
     top = _Fields(doc, "TrainingJob", ("apiVersion", "kind", "metadata", "spec"))
     api, kind = top.get("apiVersion", str, API_VERSION), top.get("kind", str, KIND)
     if api != API_VERSION:
-        raise JobSpecError("apiVersion", f"is {api!r}; this controller reads {API_VERSION}")
+        raise JobSpecError("apiVersion", f"is {shown(api)}; this controller reads {API_VERSION}")
     if kind != KIND:
-        raise JobSpecError("kind", f"is {kind!r}; expected {KIND}")
+        raise JobSpecError("kind", f"is {shown(kind)}; expected {KIND}")
     meta = _Fields(top.get("metadata", dict, None), "metadata", ("name", "namespace"))
     spec = _Fields(top.get("spec", dict, None), "spec",
                    ("launcher", "image", "command", "minReplicas", "maxReplicas", "worker",
@@ -131,7 +131,7 @@ def from_mapping(doc: Any) -> TrainingJob:
     if isinstance(command, str):
         command = [command]
     if not all(isinstance(c, str) for c in command):
-        raise JobSpecError("spec.command", f"must be a list of strings, got {command!r}")
+        raise JobSpecError("spec.command", f"must be a list of strings, got {shown(command)}")
     if "minReplicas" not in spec.data:
         raise JobSpecError("spec.minReplicas", "is missing; the job starts once this many workers "
                            "are placed")
@@ -172,6 +172,7 @@ def from_yaml(text: str, source: str = "<TrainingJob>") -> TrainingJob:
         raise JobSpecError(source, "reading a TrainingJob file needs PyYAML; pip install pyyaml") from e
     try:
         doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise JobSpecError(source, f"is not valid YAML: {e}") from e
+    except (yaml.YAMLError, ValueError, RecursionError) as e:
+        # ValueError: an integer of over 4,300 digits; RecursionError: nesting too deep
+        raise JobSpecError(source, f"is not valid YAML: {str(e)[:300]}") from e
     return from_mapping(doc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -62,24 +63,40 @@ class Launcher(Enum):
         try:
             return cls(v)
         except ValueError:
-            raise JobSpecError(where, f"unknown launcher {value!r}; use torch-elastic (elastic "
+            raise JobSpecError(where, f"unknown launcher {shown(value)}; use torch-elastic (elastic "
                                "world size), torch-inprocess (elastic, trainers kept alive across "
                                "rounds) or torch (fixed world size)") from None
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 6, 6, 6
+_REPR.maxstring, _REPR.maxother = 60, 60
+
+
+def shown(value: object) -> str:
+    """A value as an error message quotes it: bounded, whatever the file held. A YAML alias
+    bomb (a list of ten aliases of a list of ten, eight levels deep) made ``repr`` build
+    10⁸ items (``alnair job submit`` hung), and an integer of over 4,300 digits cannot be
+    printed at all (ValueError in place of the error message)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 18:
+        return f"a {'negative ' if value < 0 else ''}number of {value.bit_length()} bits"
+    return _REPR.repr(value)
+
+
 def _int(value: int, where: str, low: int, high: int, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise JobSpecError(where, f"must be a whole number, got {value!r}")
+        raise JobSpecError(where, f"must be a whole number, got {shown(value)}")
     if not low <= value <= high:
-        raise JobSpecError(where, f"is {value}, must be {low}..{high}; {hint}")
+        raise JobSpecError(where, f"is {shown(value)}, must be {low}..{high}; {hint}")
     return value
 
 
 def _seconds(value: float, where: str, *, allow_zero: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise JobSpecError(where, f"must be a number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise JobSpecError(where, f"must be a number of seconds, got {shown(value)}")
     if value < 0 or value > MAX_SECONDS or (value == 0 and not allow_zero):
-        raise JobSpecError(where, f"is {value} s, must be {'0' if allow_zero else 'more than 0'}.."
+        raise JobSpecError(where, f"is {shown(value)} s, must be {'0' if allow_zero else 'more than 0'}.."
                            f"{MAX_SECONDS:.0f} s (30 days)")
     return float(value)
 
