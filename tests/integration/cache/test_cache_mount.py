@@ -335,11 +335,14 @@ def test_alnair_dataset_mount_in_local_mode_reads_the_platforms_tier(fuse_ok, na
         again = alnair("dataset", "umount", str(mnt), env=env)
         assert again.returncode == 2 and "is not a mount point" in again.stderr
 
-        # in the foreground until interrupted: Ctrl-C unmounts and exits 0
+        # in the foreground until interrupted: Ctrl-C unmounts and exits 0 — also when started
+        # with SIGINT ignored, as a shell script's background job is (libfuse installs its
+        # handler only over the default disposition; the binding resets it to the default)
         from test_cache_cli import ALNAIR
 
         front = subprocess.Popen([*ALNAIR, "dataset", "mount", "mnist", str(mnt)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         deadline = time.monotonic() + 30
         while not is_mounted(mnt):
             assert front.poll() is None and time.monotonic() < deadline, front.communicate()
