@@ -129,3 +129,26 @@ async def test_connect_to_a_dead_server_fails_with_the_address() -> None:
     url = f"nats://127.0.0.1:{free_port()}"
     with pytest.raises(BusUnavailableError, match=url):
         await Bus.connect(url, service="test", first_connect_attempts=2, connect_timeout=0.2)
+
+
+async def test_newest_is_the_last_stored_message_of_its_subject(bus: Bus, nats_server) -> None:  # type: ignore[no-untyped-def]
+    """None before anything is stored; then the last message of that subject (another
+    subject's newer one does not count); an undecodable one is a DecodeError; no server is
+    BusUnavailableError."""
+    from alnair.v1 import job_pb2
+    from alnair_common import DecodeError, ensure_streams
+
+    await ensure_streams(bus)
+    subject = subjects.job_workers("j1")
+    assert await bus.newest(subject, job_pb2.WorkerPlan) is None
+    await bus.publish(subject, job_pb2.WorkerPlan(generation=1))
+    await bus.publish(subject, job_pb2.WorkerPlan(generation=2))
+    await bus.publish(subjects.job_workers("other"), job_pb2.WorkerPlan(generation=9))
+    newest = await bus.newest(subject, job_pb2.WorkerPlan)
+    assert newest is not None and newest.generation == 2
+    await bus.js.publish(subject, b"\xff\xff not a plan")
+    with pytest.raises(DecodeError):
+        await bus.newest(subject, job_pb2.WorkerPlan)
+    nats_server.stop()
+    with pytest.raises(BusUnavailableError):
+        await bus.newest(subject, job_pb2.WorkerPlan)

@@ -4,6 +4,8 @@ host under the job's torch)."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from alnair_common.testing import wait_for
 from alnair_lifecycle import JOB_LABEL, RENDEZVOUS_LABEL
 from alnair_local_agent._job_files import JobFiles
 from alnair_local_agent._rendezvous import RendezvousHosts
+from alnair_local_agent._workspace import recorded_process, still_running
 
 pytest.importorskip("torch", reason="the rendezvous host runs under the job's torch")
 
@@ -70,3 +73,12 @@ async def test_a_plan_superseded_before_it_is_carried_out_starts_no_worker_and_n
     finally:
         await agent.stop()
         RendezvousHosts().stop(files)
+
+        async def hosts_gone() -> bool:  # reaped by this loop's child watcher
+            await asyncio.sleep(0.05)
+            return not any(still_running(*p) for rid in files.rendezvous_ids()
+                           if (p := recorded_process(files.rendezvous(rid) / "pid")) is not None)
+
+        await wait_for(hosts_gone, timeout=30, what="the rendezvous host stopped")
+        await asyncio.sleep(0.2)  # its exit reaches the subprocess transport of this loop
+        gc.collect()  # a transport left open warns here, in this test, not in the next one

@@ -28,8 +28,7 @@ from pathlib import Path
 
 from alnair.v1 import common_pb2, job_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import Bus, PermanentError, get_logger, subjects
-from alnair_common.bus import decode
+from alnair_common import AlnairError, Bus, PermanentError, get_logger, subjects
 from alnair_lifecycle import (
     JOB_LABEL,
     JOB_NAMESPACE_LABEL,
@@ -129,15 +128,13 @@ class JobWorkers:
         host waits for it (~6 s under load): plans that came meanwhile were carried out late,
         one after another, although only the newest counts. Unknown (the bus did not answer,
         the message does not decode) counts as not superseded."""
-        subject = subjects.job_workers(plan.spec.name)
         try:
-            raw = await self.bus.js.get_last_msg(subjects.spec_for(subject).stream, subject)
-            newest = decode(subject, raw.data or b"", job_pb2.WorkerPlan)
-        except Exception as e:  # noqa: BLE001 - an optimisation; the plan is carried out as is
+            newest = await self.bus.newest(subjects.job_workers(plan.spec.name), job_pb2.WorkerPlan)
+        except AlnairError as e:  # an optimisation: the plan is carried out as it is
             log.info("newest worker plan unknown", job=f"{namespace}/{plan.spec.name}", error=str(e))
             return False
-        return (newest.generation > plan.generation and newest.spec.name == plan.spec.name
-                and (newest.spec.namespace or "default") == namespace)
+        return (newest is not None and newest.generation > plan.generation
+                and newest.spec.name == plan.spec.name and (newest.spec.namespace or "default") == namespace)
 
     async def _live(self, namespace: str, name: str) -> dict[str, wl.Workload]:
         found = {}

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import nats
 import nats.errors
+import nats.js.errors
 import nats.micro
 from google.protobuf.message import Message
 from nats.aio.client import Client
@@ -260,6 +261,22 @@ class Bus:
                 f"{msg.headers['Nats-Service-Error']}"
             )
         return decode(subject, msg.data, reply_type)
+
+    async def newest(self, subject: str, message_type: type[M]) -> M | None:
+        """The newest message stored on the stream subject ``subject`` (JetStream's last
+        message by subject; the stream is the subject table's), decoded; None when there is
+        none. A reader's look-ahead, e.g. whether a newer command already waits behind the one
+        being handled. BusUnavailableError when the server does not answer, DecodeError when
+        what is stored does not decode."""
+        stream = subjects.spec_for(subject).stream
+        try:
+            raw = await self.js.get_last_msg(stream, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except (TimeoutError, nats.errors.Error) as e:
+            raise BusUnavailableError(f"cannot read the newest message of {subject!r} in stream "
+                                      f"{stream!r}: {e!r}") from e
+        return decode(subject, raw.data or b"", message_type)
 
     async def serve(
         self,
