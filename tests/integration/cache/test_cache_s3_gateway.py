@@ -192,3 +192,33 @@ def test_the_gateway_stops_on_sigint_or_sigterm_and_gives_its_lease_back(sig, se
             gateway.kill()
             gateway.communicate()  # reaps it and closes its stderr pipe
         tier.close()
+
+
+def test_hostile_headers_are_answered_with_the_reason_and_the_gateway_goes_on(served):
+    """A Range of 5,000 digits (int() raises ValueError past 4,300) and a write whose
+    Content-Length is not a length (negative, letters, a non-ASCII digit: read(-1) would wait
+    for the client to close) each get an S3 error answer; the next request is served."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    bucket, files, client, _ = served
+    where = urlsplit(client.meta.endpoint_url)
+    key = f"/{bucket}/train/small/part-000.bin"
+    answers = []
+    for method, headers in [("GET", {"Range": "bytes=" + "9" * 5000 + "-"}),
+                            ("GET", {"Range": "bytes=-" + "9" * 5000}),
+                            ("PUT", {"Content-Length": "-5"}), ("PUT", {"Content-Length": "abc"}),
+                            ("PUT", {"Content-Length": "\u00b2"})]:
+        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=10)
+        conn.putrequest(method, key)
+        for k, v in headers.items():
+            conn.putheader(k, v.encode("latin-1"))
+        conn.endheaders()
+        reply = conn.getresponse()
+        answers.append((reply.status, reply.read().decode()))
+        conn.close()
+    assert [a[0] for a in answers] == [416, 416, 400, 400, 400], answers
+    assert all("<Error><Code>" in body for _, body in answers), answers
+    assert "is not a length in bytes" in answers[2][1]
+    assert client.get_object(Bucket=bucket, Key="train/small/part-000.bin")["Body"].read() == \
+        files["small/part-000.bin"]

@@ -201,9 +201,15 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_DELETE = do_PATCH = do_PUT  # noqa: N815
 
     def _refuse_write(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # the body, so the connection stays usable
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not re.fullmatch(r"[0-9]{1,12}", declared):
+            # read(-1) would wait for the client to close; a length past 1 TB is no body
+            self.close_connection = True
+            self._error(S3Failure(400, "InvalidArgument", f"Content-Length {declared[:40]!r} is "
+                                  "not a length in bytes"), body=True)
+            return
+        if int(declared):
+            self.rfile.read(int(declared))  # the body, so the connection stays usable
         self._error(S3Failure(403, "AccessDenied", (
             f"{self.command} refused: this endpoint is Alnair's read-only dataset cache "
             f"({self.owner.describe()}); write with an S3 client given the source's own endpoint "
@@ -301,6 +307,9 @@ def _byte_range(header: str, size: int) -> tuple[int, int]:
     m = _RANGE.match(header.strip())
     if not m or not (m[1] or m[2]):
         raise S3Failure(400, "InvalidArgument", f"Range {header!r}: one range, bytes=a-b, a- or -n")
+    if max(len(m[1]), len(m[2])) > 19:  # past 2^63: no object is that large (int() of
+        # over 4,300 digits raises ValueError, which closed the connection unanswered)
+        raise S3Failure(416, "InvalidRange", f"Range {header[:60]!r}… is outside the object's {size} bytes")
     if not m[1]:  # the last n bytes
         start, end = max(0, size - int(m[2])), size
     else:
