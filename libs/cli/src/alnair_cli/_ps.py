@@ -23,13 +23,11 @@ def visible(events: list[wl.WorkloadEvent], *, show_all: bool) -> list[wl.Worklo
 def row(e: wl.WorkloadEvent, now: datetime) -> dict[str, str]:
     w = e.workload
     a = w.assignment
-    simulated = w.annotations.get("ai.centaurus.io/simulated-gpu") == "true"
-    gpu = f"{a.gpu_index}:{a.gpu_uuid}" + (" (sim)" if simulated else "") if a.gpu_uuid else "-"
     created = w.created_at.ToDatetime(tzinfo=UTC) if w.HasField("created_at") else None
     return {
         "name": w.ref.name, "uid": w.ref.uid[:8],
         "mode": "local" if w.ref.mode == common_pb2.MODE_LOCAL else w.ref.namespace,
-        "state": phase_name(w.phase), "node": w.node or "-", "gpu": gpu,
+        "state": phase_name(w.phase), "node": w.node or "-", "gpu": _card(w, uuid=True),
         "memory_gib": str(a.memory_gib if a.gpu_uuid else w.request.memory_gib),
         "compute_percent": str(a.compute_percent if a.gpu_uuid else w.request.compute_percent),
         "exit": str(w.exit_code) if w.HasField("exit_code") else "-",
@@ -64,20 +62,21 @@ def ps_table(events: list[wl.WorkloadEvent], width: int = 200) -> Group:
             table.add_row(r["name"], r["uid"], r["mode"], state, r["node"], r["gpu"],
                           r["memory_gib"], r["compute_percent"], r["exit"], r["age"], r["message"])
             continue
-        table.add_row(r["name"], r["uid"], state, _card(e), r["memory_gib"], r["compute_percent"],
-                      r["exit"], r["age"])
+        table.add_row(r["name"], r["uid"], state, _card(e.workload, uuid=False), r["memory_gib"],
+                      r["compute_percent"], r["exit"], r["age"])
         if r["message"]:
             messages.add_row(f"{r['name']} ({r['uid']})", r["message"])
     return Group(table) if wide or not messages.rows else Group(table, "", messages)
 
 
-def _card(e: wl.WorkloadEvent) -> str:
-    """The card as its index on the node (``0``, ``0 (sim)``), ``-`` before it is bound."""
-    a = e.workload.assignment
+def _card(w: wl.Workload, *, uuid: bool) -> str:
+    """The card: its index on the node, then ``:<uuid>`` if asked, `` (sim)`` for a simulated
+    one (``0:GPU-…-80g (sim)``, ``0 (sim)``); ``-`` before it is bound."""
+    a = w.assignment
     if not a.gpu_uuid:
         return "-"
-    simulated = e.workload.annotations.get("ai.centaurus.io/simulated-gpu") == "true"
-    return f"{a.gpu_index}" + (" (sim)" if simulated else "")
+    simulated = w.annotations.get("ai.centaurus.io/simulated-gpu") == "true"
+    return f"{a.gpu_index}" + (f":{a.gpu_uuid}" if uuid else "") + (" (sim)" if simulated else "")
 
 
 def _age(delta) -> str:  # type: ignore[no-untyped-def]

@@ -208,8 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(S3Failure(400, "InvalidArgument", f"Content-Length {declared[:40]!r} is "
                                   "not a length in bytes"), body=True)
             return
-        if int(declared):
-            self.rfile.read(int(declared))  # the body, so the connection stays usable
+        if length := int(declared):
+            self.rfile.read(length)  # the body, so the connection stays usable
         self._error(S3Failure(403, "AccessDenied", (
             f"{self.command} refused: this endpoint is Alnair's read-only dataset cache "
             f"({self.owner.describe()}); write with an S3 client given the source's own endpoint "

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-import nats.errors
-import nats.js.errors
-
-from ..errors import BusUnavailableError, TemporaryError
+from ..errors import TemporaryError
 from ._client import Bus
 
 
@@ -27,13 +24,8 @@ class NotCaughtUpError(TemporaryError):
 async def last_sequence(bus: Bus, stream: str, subject: str) -> int:
     """Stream sequence of the last message of ``stream`` matching ``subject`` (wildcards
     allowed); 0 when there is none, so there is nothing to catch up with."""
-    try:
-        return (await bus.js.get_last_msg(stream, subject)).seq or 0
-    except nats.js.errors.NotFoundError:
-        return 0
-    except (TimeoutError, nats.errors.Error) as e:
-        raise BusUnavailableError(
-            f"cannot read the last message of {subject!r} in stream {stream!r}: {e!r}") from e
+    raw = await bus.last_stored(stream, subject)
+    return 0 if raw is None else raw.seq or 0
 
 
 class CatchUp:

@@ -24,6 +24,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.micro.request import Request
 
 from .. import subjects
@@ -262,21 +263,25 @@ class Bus:
             )
         return decode(subject, msg.data, reply_type)
 
-    async def newest(self, subject: str, message_type: type[M]) -> M | None:
-        """The newest message stored on the stream subject ``subject`` (JetStream's last
-        message by subject; the stream is the subject table's), decoded; None when there is
-        none. A reader's look-ahead, e.g. whether a newer command already waits behind the one
-        being handled. BusUnavailableError when the server does not answer, DecodeError when
-        what is stored does not decode."""
-        stream = subjects.spec_for(subject).stream
+    async def last_stored(self, stream: str, subject: str) -> RawStreamMsg | None:
+        """The last message of ``stream`` matching ``subject`` (wildcards allowed), as stored;
+        None when there is none. BusUnavailableError when the server does not answer."""
         try:
-            raw = await self.js.get_last_msg(stream, subject)
+            return await self.js.get_last_msg(stream, subject)
         except nats.js.errors.NotFoundError:
             return None
         except (TimeoutError, nats.errors.Error) as e:
-            raise BusUnavailableError(f"cannot read the newest message of {subject!r} in stream "
-                                      f"{stream!r}: {e!r}") from e
-        return decode(subject, raw.data or b"", message_type)
+            raise BusUnavailableError(
+                f"cannot read the last message of {subject!r} in stream {stream!r}: {e!r}") from e
+
+    async def newest(self, subject: str, message_type: type[M]) -> M | None:
+        """The newest message stored on the stream subject ``subject`` (the stream is the
+        subject table's), decoded; None when there is none. A reader's look-ahead, e.g.
+        whether a newer command already waits behind the one being handled.
+        BusUnavailableError when the server does not answer, DecodeError when what is stored
+        does not decode."""
+        raw = await self.last_stored(subjects.spec_for(subject).stream, subject)
+        return None if raw is None else decode(subject, raw.data or b"", message_type)
 
     async def serve(
         self,
