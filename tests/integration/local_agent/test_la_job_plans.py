@@ -24,8 +24,6 @@ from alnair_local_agent._job_files import JobFiles
 from alnair_local_agent._rendezvous import RendezvousHosts
 from alnair_local_agent._workspace import recorded_process, still_running
 
-pytest.importorskip("torch", reason="the rendezvous host runs under the job's torch")
-
 
 def plan(generation: int, gang: str, target: int) -> job_pb2.WorkerPlan:
     spec = job_pb2.JobSpec(name="j1", namespace="default", command=["sleep", "60"],
