@@ -60,9 +60,10 @@ class RedisNode:
 
 
 def start_redis_node(testbin: Testbin, workdir: Path, *, maxmemory: str = TIER_MAXMEMORY,
-                     cluster: bool = False, port: int | None = None,
+                     cluster: bool = False, port: int | None = None, io_threads: int = 1,
                      timeout: float = START_TIMEOUT_SECONDS) -> RedisNode:
-    """Start one redis-server without persistence and without eviction; wait for PING."""
+    """Start one redis-server without persistence and without eviction; wait for PING.
+    ``io_threads`` > 1 writes replies on that many threads (``--io-threads``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or (_cluster_port() if cluster else free_port())
     argv: list[str | Path] = [
@@ -71,6 +72,8 @@ def start_redis_node(testbin: Testbin, workdir: Path, *, maxmemory: str = TIER_M
         "--maxmemory", maxmemory, "--maxmemory-policy", "noeviction",
         "--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning",
     ]
+    if io_threads > 1:
+        argv += ["--io-threads", str(io_threads)]
     if cluster:
         argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf"),
                  "--cluster-node-timeout", "2000"]
