@@ -141,6 +141,32 @@ def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, da
         assert reader.stats.misses == 1 + non_empty and reader.stats.tier_errors >= 1
 
 
+def test_a_batch_asks_for_the_entries_its_reader_lacks_in_one_request(redis_node, data):
+    """A reader opened before the files were cached — a DataLoader worker in epoch 2 reading
+    what the other workers wrote back in epoch 1 — asks the server for a batch's manifest
+    entries with one HMGET, not one HGET a file (the server's own command counts), and keeps
+    them: the same batch again asks for none."""
+    root, files = data
+    node = redis_node()
+    tier = tier_of(node.url)
+    hydrate_directly(tier, "ds", f"file://{root}", only=0, phase="hydrating")
+    order = random.Random(7).sample(sorted(files), len(files))
+
+    def manifest_calls() -> dict[str, int]:
+        stats = tier.client.info("commandstats")
+        return {c: stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("hget", "hmget")}
+
+    with DatasetReader("ds", tier_url=node.url, prefix="t", write_back=False) as reader:
+        hydrate_directly(tier, "ds", f"file://{root}")  # cached after the reader started
+        tier.client.config_resetstat()
+        assert reader.read_many(order) == [files[p] for p in order]
+        assert manifest_calls() == {"hget": 0, "hmget": 1}
+        assert (reader.stats.hits, reader.stats.misses) == (len(files) - 1, 0)  # - the empty file
+        tier.client.config_resetstat()
+        assert reader.read_many(order) == [files[p] for p in order]
+        assert manifest_calls() == {"hget": 0, "hmget": 0}
+
+
 def test_killing_the_redis_server_while_reading_falls_back_to_the_source(redis_node, data):
     root, files = data
     node = redis_node()

@@ -52,6 +52,7 @@ import itertools
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote, urlparse
 
@@ -217,6 +218,10 @@ class AlluxioTier(CacheTier):
     def file_entry(self, dataset: str, path: str) -> FileEntry | None:
         raw = self._read(self._ds(dataset, f"files/{_q(path)}"))
         return None if raw is None else FileEntry.from_json(path, raw)
+
+    def file_entries(self, dataset: str, paths: Sequence[str]) -> list[FileEntry | None]:
+        """One REST read each, several at once."""
+        return list(self._pool.map(lambda p: self.file_entry(dataset, p), paths))
 
     def manifest(self, dataset: str) -> dict[str, FileEntry]:
         names = [e["name"] for e in self.rest.list(self._ds(dataset, "files")) if not _own(e)]

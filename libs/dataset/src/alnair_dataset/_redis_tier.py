@@ -290,6 +290,15 @@ class RedisTier(CacheTier):
             raw = self.client.hget(self._ds(dataset, "files"), path)
         return None if raw is None else FileEntry.from_json(path, raw)
 
+    def file_entries(self, dataset: str, paths: Sequence[str]) -> list[FileEntry | None]:
+        """One ``HMGET`` (a data set's manifest is one hash, in one slot of a cluster)."""
+        if not paths:
+            return []
+        with _reachable("reading manifest entries"):
+            raws = self.client.hmget(self._ds(dataset, "files"), list(paths))
+        return [None if raw is None else FileEntry.from_json(path, raw)
+                for path, raw in zip(paths, raws, strict=True)]
+
     def manifest(self, dataset: str) -> dict[str, FileEntry]:
         with _reachable("reading a manifest"):
             raw = self.client.hgetall(self._ds(dataset, "files"))

@@ -74,6 +74,11 @@ class CacheTier(Protocol):
 
     def file_entry(self, dataset: str, path: str) -> FileEntry | None: ...
 
+    def file_entries(self, dataset: str, paths: Sequence[str]) -> list[FileEntry | None]:
+        """:meth:`file_entry` of each of ``paths``, in order: a reader looks up a batch's
+        entries together. A tier that can do it in one request overrides this."""
+        return [self.file_entry(dataset, path) for path in paths]
+
     def manifest(self, dataset: str) -> dict[str, FileEntry]: ...
 
     def footprint(self, dataset: str) -> DatasetFootprint: ...
