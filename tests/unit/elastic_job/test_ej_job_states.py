@@ -115,9 +115,10 @@ def test_failures_beyond_the_restart_policy_end_in_failed_with_the_reason() -> N
     r = Run(job(2, 4, restarts=1))
     r.running("a", "b", "c", "d")
     assert r(WorkerExited("a", 137)).phase is Phase.RESCALING
-    s = r(WorkerExited("b", 1, "CUDA error"))
+    s = r(WorkerExited("b", 1, "CUDA error", name="train-worker-1"))
     assert (s.phase, s.reason, s.restarts) == (Phase.FAILED, "RestartsExhausted", 2)
     assert "maxRestarts=1" in s.message and "CUDA error" in s.message
+    assert "worker train-worker-1 ended (exit code 1: CUDA error)" in s.message, "named as ps shows it"
     assert s.stopping == s.placed == frozenset("cd"), "the survivors are stopped"
     assert r(WorkerExited("c", 0)) is s, "terminal states are absorbing"
 

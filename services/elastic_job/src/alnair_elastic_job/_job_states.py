@@ -244,11 +244,13 @@ class WorkerStarted:
 @dataclass(frozen=True)
 class WorkerExited:
     """A worker ended: its exit code, or None when it was lost (pod deleted, node gone,
-    missed heartbeat)."""
+    missed heartbeat). ``name`` is the workload's name, which messages give: the uid is how the
+    state machine knows it, but ``alnair ps`` and ``kubectl`` show names."""
 
     worker: str
     code: int | None
     detail: str = ""
+    name: str = field(default="", compare=False)
     kind: str = field(default="worker-exited", init=False)
 
 

@@ -333,7 +333,7 @@ def _exited(job: TrainingJob, s: JobStatus, ev: WorkerExited, now: float) -> Job
     gone = replace(s, placed=s.placed - {w}, started=s.started - {w}, world=s.world - {w},
                    stopping=s.stopping - {w}, ended=s.ended | {w})
     how = f"exit code {ev.code}" if ev.code is not None else "lost"
-    what = f"worker {w} ended ({how}{': ' + ev.detail if ev.detail else ''})"
+    what = f"worker {ev.name or w} ended ({how}{': ' + ev.detail if ev.detail else ''})"
     if w in s.stopping:  # asked to stop: expected, not a failure
         if s.phase is Phase.DELETING and not gone.placed:
             return _move(gone, Phase.DELETED, "Deleted", "every worker stopped", now, ev.kind)

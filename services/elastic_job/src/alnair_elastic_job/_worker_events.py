@@ -44,9 +44,9 @@ def worker_input(event: workload_pb2.WorkloadEvent) -> tuple[str, JobInput] | No
     if w.phase in (_P.WORKLOAD_PHASE_SUCCEEDED, _P.WORKLOAD_PHASE_FAILED):
         code = w.exit_code if w.HasField("exit_code") else (
             0 if w.phase == _P.WORKLOAD_PHASE_SUCCEEDED else None)
-        return key, WorkerExited(uid, code, w.message)
+        return key, WorkerExited(uid, code, w.message, w.ref.name)
     if w.phase == _P.WORKLOAD_PHASE_DELETED:
-        return key, WorkerExited(uid, None, w.message or "deleted")
+        return key, WorkerExited(uid, None, w.message or "deleted", w.ref.name)
     return None  # pending: nothing to count yet
 
 
