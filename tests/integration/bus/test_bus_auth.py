@@ -13,6 +13,7 @@ from __future__ import annotations
 import nats
 import nats.errors
 import pytest
+from structlog.testing import capture_logs
 
 from alnair.v1 import common_pb2, scheduling_pb2
 from alnair.v1 import workload_pb2 as wl
@@ -58,6 +59,14 @@ async def stored(bus: Bus, stream: str, subject: str) -> int:
 async def test_a_connection_without_credentials_is_refused(secured_nats: SecuredNats) -> None:
     with pytest.raises(PermissionDeniedError, match="refused no credentials"):
         await Bus.connect(secured_nats.server.url, service="intruder", first_connect_attempts=1)
+
+
+async def test_a_refused_connection_is_one_error_not_a_log_line_per_retry(secured_nats: SecuredNats) -> None:
+    """`alnair status --nats-url …` without credentials printed five "nats connection error"
+    lines (the refusal and the server dropping the connection, each retry) before its error."""
+    with capture_logs() as logs, pytest.raises(PermissionDeniedError, match="refused no credentials"):
+        await Bus.connect(secured_nats.server.url, service="intruder", first_connect_attempts=3)
+    assert [e for e in logs if e["event"] == "nats connection error"] == []
 
 
 async def test_a_seed_the_server_does_not_know_is_refused(secured_nats: SecuredNats, tmp_path) -> None:

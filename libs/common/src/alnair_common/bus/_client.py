@@ -107,11 +107,18 @@ class Bus:
 
         async def _on_error(e: Exception) -> None:
             if "authorization violation" in str(e).lower():
-                refused.append(str(e))
+                if not bus_ref:  # the first connection: its PermissionDeniedError says so, once
+                    refused.append(str(e))
+                    return
+                log.warning("the bus server refused this identity's credentials", service=service,
+                            role=role, error=str(e))
+                return
             if "permissions violation" in str(e).lower():
                 log.warning("the bus server refused this identity a subject", service=service,
                             role=role, error=str(e))
                 return
+            if refused and not bus_ref:
+                return  # the server dropping a connection it refused: said with the refusal
             log.info("nats connection error", service=service, error=str(e))
 
         async def _on_disconnect() -> None:
