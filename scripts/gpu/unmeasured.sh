@@ -4,7 +4,8 @@
 # steps, in this order (STEPS picks some; the default runs all, ~10 min):
 #   compute  issue #19 §1: the compute table (matmul, CUDA graph, launch-bound loop at
 #            90/70/50/30/10 %, one process each; ~2 min); `compute compute` measures the
-#            spread between two runs of the same code on one machine;
+#            spread between two runs of the same code on one machine; `compute-noprobe`
+#            the same without nvidia-smi reading the clock beside the measured loop;
 #   small    the launch-bound loop once more with the interceptor's debug lines (the pace
 #            that sets its cap);
 #   cache    issue #16: cache_epochs.py with CACHE_ARGS (default: the 12,000-sample set,
@@ -31,10 +32,10 @@ n=0
 for step in $steps; do
   n=$((n + 1))
   case $step in
-  compute)
+  compute | compute-noprobe)
     timeout 240 python3 scripts/gpu/issue19_h200.py --lib /tmp/b/libalnair_cuda.so \
-      --testlib /tmp/b/testlib/libalnair_cuda.so --trusted /tmp/b/trusted --out "$out/compute$n" \
-      --only compute > "$out/compute$n.log" 2>&1 ;;
+      --testlib /tmp/b/testlib/libalnair_cuda.so --trusted /tmp/b/trusted --out "$out/$step$n" \
+      --only compute $([ "$step" = compute ] || echo --no-clock-probe) > "$out/$step$n.log" 2>&1 ;;
   small)
     LD_PRELOAD=/tmp/b/libalnair_cuda.so ALNAIR_WORKSPACE=$(mktemp -d) ALNAIR_CUDA_DEBUG=1 timeout 60 \
       python3 scripts/gpu/issue19_h200.py --compute small > "$out/small.json" 2> "$out/small.err" ;;
@@ -51,7 +52,7 @@ for step in $steps; do
         > "$out/mps$size.log" 2>&1
       pack
     done ;;
-  *) echo "unknown step $step (compute, small, cache, mps)" >> "$out/device.txt" ;;
+  *) echo "unknown step $step (compute, compute-noprobe, small, cache, mps)" >> "$out/device.txt" ;;
   esac
   pack
 done
