@@ -44,7 +44,8 @@ PUBLIC: dict[str, list[str]] = {
     "alnair_lifecycle": [
         "JOB_LABEL", "JOB_NAMESPACE_LABEL", "LifecyclePublisher", "PHASE_NAMES", "PROGRESS_ENV",
         "PlanChanges", "RENDEZVOUS_LABEL", "Retention", "STATES_BUCKET", "TERMINAL", "WORKER_ENV", "expired",
-        "forget_expired", "is_after", "observed_at", "phase_name", "plan_changes", "rank", "state_key",
+        "forget_expired", "is_after", "newer_plan_waiting", "observed_at", "phase_name", "plan_changes",
+        "rank", "state_key",
         "worker_command", "worker_env", "worker_labels"
     ],
     "alnair_trainer": [

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from kb_support import stream_messages, workload_events
 from kubernetes import client as k8s
+from kubernetes import watch
 
 from alnair.v1 import common_pb2, job_pb2, platform_pb2
 from alnair.v1 import workload_pb2 as wl
@@ -43,7 +44,7 @@ from alnair_kube_bridge._job_objects import (
 )
 from alnair_kube_bridge._job_rounds import rounds_in
 from alnair_kube_bridge._job_workers import JOBS_ROLE, job_selector
-from alnair_lifecycle import WORKER_ENV, worker_command, worker_env, worker_labels
+from alnair_lifecycle import RENDEZVOUS_LABEL, WORKER_ENV, worker_command, worker_env, worker_labels
 
 J = job_pb2
 GROUP, VERSION, PLURAL = "alnair.centaurus.io", "v1alpha1", "podgroups"
@@ -186,6 +187,31 @@ async def test_plans_create_workers_gang_and_rendezvous_then_stop_rescale_and_en
     await settled(bus)
     assert workers(kube) == [] and gang_objects(kube, new_gang) == (False, False, False)
     assert not exists(lambda: kube.core.read_namespaced_service("resnet-workers", ns))
+
+
+async def test_a_plan_with_a_newer_one_waiting_creates_nothing(
+        bus: Bus, kube: KubeNamespace, bridge_kubeconfig: Path, bind_jobs_role, start_bridge) -> None:
+    """Plans queued while the bridge was away: gang 1's, then gang 2's. Gang 1's workers and
+    rendezvous pod would only be deleted again by gang 2's plan: none is ever created (every
+    pod the namespace ever got, read back from the apiserver's watch history)."""
+    bind_jobs_role()
+    ns = kube.namespace
+    since = kube.core.list_namespaced_pod(ns).metadata.resource_version
+    old, new = plan(ns, 2, target=2, gang_min=2), plan(ns, 3, target=2, gang_min=2, incarnation=2)
+    await (await start_bridge(bridge_kubeconfig)).stop()  # its streams and consumer exist
+    await send(bus, old)
+    await send(bus, new)
+    await start_bridge(bridge_kubeconfig)
+    pods = await wait_workers(kube, 2)
+    await settled(bus)
+    assert {p.metadata.labels[RENDEZVOUS_LABEL] for p in pods} == {new.rendezvous_id}
+    created = [e["object"].metadata for e in watch.Watch().stream(
+        kube.core.list_namespaced_pod, ns, resource_version=since, timeout_seconds=2) if e["type"] == "ADDED"]
+    assert sorted(m.name for m in created) == sorted(
+        [p.metadata.name for p in pods] + [gang_name("resnet", new.rendezvous_id)])
+    assert gang_objects(kube, gang_name("resnet", old.rendezvous_id)) == (False, False, False)
+    anchor = kube.core.read_namespaced_service("resnet-workers", ns)
+    assert anchor.metadata.annotations[GENERATION_ANNOTATION] == "3"
 
 
 async def test_a_worker_that_fails_reaches_the_controller_as_a_worker_exit(

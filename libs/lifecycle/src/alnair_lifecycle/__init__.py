@@ -18,6 +18,7 @@ from ._worker_plans import (
     RENDEZVOUS_LABEL,
     WORKER_ENV,
     PlanChanges,
+    newer_plan_waiting,
     plan_changes,
     worker_command,
     worker_env,
@@ -26,5 +27,5 @@ from ._worker_plans import (
 
 __all__ = ["JOB_LABEL", "JOB_NAMESPACE_LABEL", "PHASE_NAMES", "PROGRESS_ENV", "RENDEZVOUS_LABEL",
            "STATES_BUCKET", "TERMINAL", "LifecyclePublisher", "PlanChanges", "Retention", "WORKER_ENV",
-           "expired", "forget_expired", "is_after", "observed_at", "phase_name", "plan_changes", "rank",
-           "state_key", "worker_command", "worker_env", "worker_labels"]
+           "expired", "forget_expired", "is_after", "newer_plan_waiting", "observed_at", "phase_name",
+           "plan_changes", "rank", "state_key", "worker_command", "worker_env", "worker_labels"]

@@ -25,6 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from alnair.v1 import job_pb2
+from alnair_common import AlnairError, Bus, get_logger, subjects
+
+log = get_logger("alnair.lifecycle")
 
 JOB_LABEL = "ai.centaurus.io/training-job"
 JOB_NAMESPACE_LABEL = "ai.centaurus.io/training-job-namespace"
@@ -54,6 +57,24 @@ WORKER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # goodput). Set by the local agent to a file in the workload's workspace, by kube-bridge to
 # a file its worker pod's sidecar prints.
 PROGRESS_ENV = "ALNAIR_PROGRESS_FILE"
+
+
+async def newer_plan_waiting(bus: Bus, plan: job_pb2.WorkerPlan) -> bool:
+    """Whether the job's newest plan in the stream is newer than ``plan``, so that it is
+    delivered next: an adapter then carries out ``plan``'s stops but creates nothing — its
+    workers (and a rendezvous host that takes seconds to start) would only be stopped by the
+    newer plan (a new gang) or counted by it (a new target). Plans are carried out one at a
+    time, and plans that came while one waited were otherwise carried out late, one after
+    another, although only the newest counts. Unknown (the bus did not answer, the message
+    does not decode) counts as not newer: ``plan`` is carried out as it is."""
+    namespace = plan.spec.namespace or "default"
+    try:
+        newest = await bus.newest(subjects.job_workers(plan.spec.name), job_pb2.WorkerPlan)
+    except AlnairError as e:  # an optimisation, never a reason to drop a plan
+        log.info("newest worker plan unknown", job=f"{namespace}/{plan.spec.name}", error=str(e))
+        return False
+    return (newest is not None and newest.generation > plan.generation
+            and newest.spec.name == plan.spec.name and (newest.spec.namespace or "default") == namespace)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ labels (pending or running, also while being deleted: they are still there), the
 ``stop`` and those of an earlier gang are deleted (their uid as precondition), and the
 missing ones created, after their
 gang's rendezvous pod and Service and, for a gang placed all-or-nothing, its PodGroup. Other
-gangs' objects go (a new gang meets in a new rendezvous), all of them at target 0.
+gangs' objects go (a new gang meets in a new rendezvous), all of them at target 0. A plan
+whose job already has a newer plan waiting in the stream only stops
+(:func:`alnair_lifecycle.newer_plan_waiting`): its pods would be deleted or counted by the next.
 
 A job that ended (Succeeded, Failed: target 0) keeps its finished pods for their logs, owned
 only by its TrainingJob object if it has one (deleting that takes them); a deleted job's pods
@@ -31,8 +33,8 @@ from typing import Any
 from kubernetes import client as k8s
 
 from alnair.v1 import job_pb2
-from alnair_common import PermanentError, get_logger
-from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, RENDEZVOUS_LABEL, plan_changes
+from alnair_common import Bus, PermanentError, get_logger
+from alnair_lifecycle import JOB_LABEL, JOB_NAMESPACE_LABEL, RENDEZVOUS_LABEL, newer_plan_waiting, plan_changes
 
 from . import _job_objects as o
 from ._kube_errors import MERGE_PATCH, KubeApiError, api_call, api_json
@@ -79,7 +81,8 @@ def job_selector(name: str, namespace: str) -> str:
 
 class JobWorkers:
     def __init__(self, api_client: k8s.ApiClient, *, namespace: str = "",
-                 scheduler_name: str = "alnair-scheduler") -> None:
+                 scheduler_name: str = "alnair-scheduler", bus: Bus | None = None) -> None:
+        self.bus = bus  # to look ahead for a newer plan (none: every plan carried out in full)
         self.core = k8s.CoreV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self.namespace = namespace
@@ -92,8 +95,9 @@ class JobWorkers:
         o.check_plan(plan)
         if plan.target:  # a spec no worker can be made of is refused before the API is asked
             o.check_creatable(plan)
+        superseded = bool(plan.target and self.bus and await newer_plan_waiting(self.bus, plan))
         try:
-            await asyncio.to_thread(self.apply, plan, namespace)
+            await asyncio.to_thread(self.apply, plan, namespace, superseded=superseded)
         except KubeApiError as e:
             if e.status != 403:
                 raise
@@ -102,7 +106,9 @@ class JobWorkers:
                 f"let kube-bridge run training jobs ({e}); bind ClusterRole {JOBS_ROLE} to "
                 f"kube-bridge in namespace {namespace}: {binding_command(namespace, str(e))}", 403) from e
 
-    def apply(self, plan: job_pb2.WorkerPlan, namespace: str) -> None:
+    def apply(self, plan: job_pb2.WorkerPlan, namespace: str, *, superseded: bool = False) -> None:
+        """Carry ``plan`` out; ``superseded`` (a newer plan of the job waits in the stream):
+        its stops only — the newer plan creates what it needs, and records its generation."""
         name, base = plan.spec.name, o.base_name(namespace, plan.spec.name)
         job, anchor_name = f"{namespace}/{name}", o.workers_service_name(base)
         anchor = api_json(f"read Service {namespace}/{anchor_name}", lambda: self.core.read_namespaced_service(
@@ -118,6 +124,10 @@ class JobWorkers:
                                       for u, p in live.items()})
         for uid in changes.stop:
             self._delete_pod(live[uid], namespace)
+        if changes.create and superseded:
+            log.info("worker plan superseded: newer plan waiting, none created", job=job,
+                     generation=plan.generation, stopped=len(changes.stop))
+            return
         if changes.create:
             job_object = self._training_job(plan, namespace)
             if anchor is None:

@@ -153,7 +153,7 @@ class KubeBridgeService(Service):
             self.bus, stream="CACHE", durable="kube-bridge-cache-status",
             subject=subjects.wildcard("alnair.cache.<dataset>.status"),
             message_type=cache_pb2.CacheDatasetStatus, handler=datasets.on_status))
-        workers = JobWorkers(self.api, namespace=ns, scheduler_name=s.scheduler_name)
+        workers = JobWorkers(self.api, namespace=ns, scheduler_name=s.scheduler_name, bus=self.bus)
         await self.consume(DurableConsumer(
             self.bus, stream="COMMANDS", durable="kube-bridge-workers",
             subject=subjects.wildcard("alnair.cmd.workers.<name>"), message_type=job_pb2.WorkerPlan,

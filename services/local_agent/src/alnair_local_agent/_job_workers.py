@@ -5,7 +5,8 @@ job's live workers on this machine, stops the planned ones (SIGTERM to the worke
 group — torchrun ends its trainer — then SIGKILL after the grace; a pending one is withdrawn)
 and submits the missing ones to itself as local workloads, labelled with their job, so the
 scheduler places them like any other and their lifecycle reaches the controller as usual. A plan
-whose job already has a newer plan waiting in the stream only stops (see ``_superseded``).
+whose job already has a newer plan waiting in the stream only stops
+(:func:`alnair_lifecycle.newer_plan_waiting`).
 Each worker runs the job's command under torchrun (:func:`alnair_lifecycle.worker_command`)
 in the submitter's directory and environment, meeting in its gang's rendezvous, hosted by
 :class:`RendezvousHosts`. Twice a second the agent relays what the hosts and the workers
@@ -28,11 +29,12 @@ from pathlib import Path
 
 from alnair.v1 import common_pb2, job_pb2
 from alnair.v1 import workload_pb2 as wl
-from alnair_common import AlnairError, Bus, PermanentError, get_logger, subjects
+from alnair_common import Bus, PermanentError, get_logger, subjects
 from alnair_lifecycle import (
     JOB_LABEL,
     JOB_NAMESPACE_LABEL,
     RENDEZVOUS_LABEL,
+    newer_plan_waiting,
     plan_changes,
     worker_command,
     worker_env,
@@ -95,7 +97,7 @@ class JobWorkers:
                 await self._stop(live[uid])
             job = self.jobs.setdefault(f"{namespace}.{spec.name}", _Job(namespace, spec.name))
             job.workers = set(live) - set(changes.stop)
-            if changes.create and await self._superseded(namespace, plan):
+            if changes.create and await newer_plan_waiting(self.bus, plan):
                 # Its workers would be stopped by the newer plan (a new gang) or counted by it
                 # (a new target): starting them, and maybe a rendezvous host (seconds), only
                 # delays the plan that matters. Its stops are carried out above.
@@ -121,20 +123,6 @@ class JobWorkers:
             files.record_applied(0 if ended else plan.generation)
             log.info("worker plan applied", job=f"{namespace}/{spec.name}", generation=plan.generation,
                      target=plan.target, stopped=len(changes.stop), created=changes.create)
-
-    async def _superseded(self, namespace: str, plan: job_pb2.WorkerPlan) -> bool:
-        """Whether the job's newest plan in the stream is newer than ``plan`` (so it will be
-        delivered next). Plans are carried out one at a time, and one that starts a rendezvous
-        host waits for it (~6 s under load): plans that came meanwhile were carried out late,
-        one after another, although only the newest counts. Unknown (the bus did not answer,
-        the message does not decode) counts as not superseded."""
-        try:
-            newest = await self.bus.newest(subjects.job_workers(plan.spec.name), job_pb2.WorkerPlan)
-        except AlnairError as e:  # an optimisation: the plan is carried out as it is
-            log.info("newest worker plan unknown", job=f"{namespace}/{plan.spec.name}", error=str(e))
-            return False
-        return (newest is not None and newest.generation > plan.generation
-                and newest.spec.name == plan.spec.name and (newest.spec.namespace or "default") == namespace)
 
     async def _live(self, namespace: str, name: str) -> dict[str, wl.Workload]:
         found = {}
