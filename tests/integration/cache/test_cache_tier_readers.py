@@ -53,6 +53,25 @@ def test_a_namespace_reader_reads_its_data_set_from_the_cache(admin, grant, data
     assert "last_read" not in admin.meta("team-a.images")
 
 
+def test_a_reader_granted_by_an_older_platform_without_hmget_still_reads_from_the_cache(
+        admin, grant, data, monkeypatch):
+    """Users granted before readers asked for a batch's manifest entries with HMGET lack it
+    until they are granted again: the client asks one HGET each instead of reading the
+    source (the refusal is no tier error)."""
+    root, files = data
+    hydrate_directly(admin, "team-a.images", f"file://{root}", only=0, phase="hydrating")
+    url = grant("team-a")
+    admin._on_every_server("ACL", "SETUSER", reader_user("team-a"), "-hmget")  # on each server
+    monkeypatch.setenv("ALNAIR_DATASET_NAMESPACE", "team-a")
+    with DatasetReader("images", tier_url=url, prefix="t") as reader:
+        hydrate_directly(admin, "team-a.images", f"file://{root}")  # cached after it started
+        order = sorted(files)
+        assert reader.read_many(order) == [files[p] for p in order]
+        assert reader.read_many(order) == [files[p] for p in order]
+        stats = reader.stats
+    assert (stats.hits, stats.misses, stats.tier_errors) == (2 * len(files), 0, 0)
+
+
 def test_a_half_cached_data_set_reads_whole_and_the_reader_stops_writing_back(admin, grant, data,
                                                                              monkeypatch):
     root, files = data

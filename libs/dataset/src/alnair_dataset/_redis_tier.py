@@ -102,7 +102,7 @@ return size
 # the servers' memory that every namespace shares); and what redis-py sends on connecting:
 # SELECT for a URL's database (key patterns hold in every database), and to a cluster (its
 # CLIENT SETINFO, unknown before Redis 7.2, may fail: redis-py ignores that).
-READER_COMMANDS = ("+get", "+hget", "+hgetall", "+time", "+ping", "+select", "+command",
+READER_COMMANDS = ("+get", "+hget", "+hmget", "+hgetall", "+time", "+ping", "+select", "+command",
                    "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly")
 
 # The longest lease a reader may take (DatasetReader's lease_seconds: 30 by default).
@@ -217,6 +217,7 @@ class RedisTier(CacheTier):
         self._put_file = client.register_script(_PUT_FILE)
         self._ref = client.register_script(_REF_IF_PRESENT)
         self._unref = client.register_script(_UNREF)
+        self._hmget = True  # False once the server refused it this user (file_entries)
 
     @classmethod
     def from_url(cls, url: str, *, budget_bytes: int, prefix: str = "alnair",
@@ -291,13 +292,21 @@ class RedisTier(CacheTier):
         return None if raw is None else FileEntry.from_json(path, raw)
 
     def file_entries(self, dataset: str, paths: Sequence[str]) -> list[FileEntry | None]:
-        """One ``HMGET`` (a data set's manifest is one hash, in one slot of a cluster)."""
+        """One ``HMGET`` (a data set's manifest is one hash, in one slot of a cluster). A
+        pod's reader user granted by an older platform may lack ``HMGET``: then one ``HGET``
+        each, as that platform's clients asked."""
         if not paths:
             return []
-        with _reachable("reading manifest entries"):
-            raws = self.client.hmget(self._ds(dataset, "files"), list(paths))
-        return [None if raw is None else FileEntry.from_json(path, raw)
-                for path, raw in zip(paths, raws, strict=True)]
+        if self._hmget:
+            try:
+                with _reachable("reading manifest entries"):
+                    raws = self.client.hmget(self._ds(dataset, "files"), list(paths))
+            except TierPermissionError:
+                self._hmget = False
+            else:
+                return [None if raw is None else FileEntry.from_json(path, raw)
+                        for path, raw in zip(paths, raws, strict=True)]
+        return [self.file_entry(dataset, path) for path in paths]
 
     def manifest(self, dataset: str) -> dict[str, FileEntry]:
         with _reachable("reading a manifest"):
