@@ -312,16 +312,16 @@ class DatasetReader:
         wanted: list[tuple[int, FileEntry, range, int]] = []  # file, entry, chunks, its end
         chunks: list[str] = []
         try:
-            reading = []
+            reading: list[tuple[int, int]] = []  # file, its end
             for i, file in enumerate(files):
-                if (file.size if end is None else end) <= start:
+                stop = file.size if end is None else end
+                if stop <= start:
                     out[i] = b""
                 else:
-                    reading.append(i)
-            self._look_up([files[i] for i in reading])
-            for i in reading:
+                    reading.append((i, stop))
+            self._look_up([files[i] for i, _ in reading])
+            for i, stop in reading:
                 file = files[i]
-                stop = file.size if end is None else end
                 entry = self._manifest.get(file.path)
                 if entry is None or entry.version != file.version:
                     continue  # not in the tier, or an older version of it: the source has it

@@ -306,7 +306,7 @@ class RedisTier(CacheTier):
             else:
                 return [None if raw is None else FileEntry.from_json(path, raw)
                         for path, raw in zip(paths, raws, strict=True)]
-        return [self.file_entry(dataset, path) for path in paths]
+        return super().file_entries(dataset, paths)
 
     def manifest(self, dataset: str) -> dict[str, FileEntry]:
         with _reachable("reading a manifest"):
