@@ -105,7 +105,7 @@ PUBLIC: dict[str, list[str]] = {
     "alnair_cache_hydrator": [
         "AddRequest", "CacheHydratorError", "CacheHydratorService", "CacheHydratorSettings",
         "DatasetSpec", "DatasetStatus", "InvalidRequestError", "Phase", "RemoveRequest",
-        "TierBusyError"
+        "SourceRule", "SourceRules", "TierBusyError"
     ],
     "alnair_elastic_job": [
         "CapacityChanged", "Controller", "Deadlines", "DeleteCommand", "ElasticDemand",

@@ -46,7 +46,8 @@ async def test_two_users_adding_the_same_s3_data_set_store_it_once(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint)
+    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources=f"s3://{bucket}")
     logical = sum(len(d) for d in files.values())
     async with running(s):
         a = await settled(bus, "alice-imagenet", await add(bus, spec(
@@ -100,13 +101,14 @@ async def test_bad_input_gets_a_clear_reason_and_the_service_keeps_running(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     s = settings(nats_server.url, tier_url, tmp_path, cache_allowed_roots=str(allowed),
-                 cache_s3_endpoint_url=s3_server.endpoint, cache_budget_bytes=3 * MIB)
+                 cache_allowed_sources="s3://", cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_budget_bytes=3 * MIB)
     errors = await ErrorEvents.follow(bus)
     async with running(s):
         cases = {
             "no-bucket": ("s3://no-such-bucket/x", "no-such-bucket", "does not exist"),
-            "outside": (f"file://{tmp_path}/private", "path-not-allowed", "outside the directories"),
-            "escape": (f"file://{allowed}/../private", "path-not-allowed", "outside the directories"),
+            "outside": (f"file://{tmp_path}/private", "path-not-allowed", "outside what the cache may read"),
+            "escape": (f"file://{allowed}/../private", "path-not-allowed", "(resolved: "),
             "missing-dir": (f"file://{allowed}/none", "source-unreachable", "not a directory"),
             "too-big": (f"file://{allowed}/good", "insufficient-capacity", "needs 4.0 MiB"),
         }

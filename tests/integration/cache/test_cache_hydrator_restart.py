@@ -42,6 +42,7 @@ async def test_a_hydrator_killed_mid_way_resumes_without_losing_or_double_counti
     upload(s3_server.client(), bucket, "shards", files)
     env = {**os.environ, "ALNAIR_NATS_URL": nats_server.url, "ALNAIR_CACHE_TIER_URL": tier_url,
            "ALNAIR_CACHE_PREFIX": "t", "ALNAIR_CACHE_S3_ENDPOINT_URL": s3_server.endpoint,
+           "ALNAIR_CACHE_ALLOWED_SOURCES": f"s3://{bucket}",
            "ALNAIR_CACHE_STATUS_INTERVAL_SECONDS": "0.02", "ALNAIR_DATA_DIR": str(tmp_path),
            "ALNAIR_CACHE_CONCURRENT_HYDRATIONS": "1", "ALNAIR_LOG_FORMAT": "console",
            "ALNAIR_CACHE_HYDRATE_BYTES_PER_SECOND": str(8 * SIZE),  # ~5 s for the whole set

@@ -66,9 +66,11 @@ def service_children(data_dir: Path, nats_url: str, extra_env: dict[str, str]) -
                "ALNAIR_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
         env.pop("ALNAIR_CONFIG", None)
         if name == "cache-hydrator":
-            # One user's workstation: file:// sources anywhere that user can read (only the
-            # user's own identities reach this bus); set the variable to narrow it.
+            # One user's workstation: any source that user can read, every bucket with the
+            # user's own S3 credentials and every directory (only the user's own identities
+            # reach this bus); set the variables to narrow it.
             env.setdefault("ALNAIR_CACHE_ALLOWED_ROOTS", "/")
+            env.setdefault("ALNAIR_CACHE_ALLOWED_SOURCES", "s3://")
         module = "alnair_" + name.replace("-", "_")
         children.append(Child(name=name, argv=[sys.executable, "-m", module], env=env,
                               log_path=data_dir / "logs" / f"{name}.log"))

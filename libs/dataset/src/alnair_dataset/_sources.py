@@ -20,7 +20,6 @@ from ._errors import (
     AccessDeniedError,
     InvalidSpecError,
     NoSuchBucketError,
-    PathNotAllowedError,
     SourceChangedError,
     SourceError,
     SourceUnreachableError,
@@ -54,15 +53,15 @@ def selected(path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 
 
 def open_source(uri: str, *, include: Sequence[str] = (), exclude: Sequence[str] = (),
-                allowed_roots: Sequence[Path] | None = None,
                 s3_options: dict[str, Any] | None = None) -> Source:
-    """The source a URI names. ``allowed_roots`` (None: any) bounds file:// paths."""
+    """The source a URI names. Which sources a reader may use is the caller's to decide (the
+    hydrator's rules: alnair_cache_hydrator._source_rules)."""
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise InvalidSpecError(f"source {uri!r}: file:// URIs name a local path "
                                    "(file:///data/set), not a host")
-        return LocalSource(uri, Path(unquote(parsed.path)), include, exclude, allowed_roots)
+        return LocalSource(uri, Path(unquote(parsed.path)), include, exclude)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise InvalidSpecError(f"source {uri!r} names no bucket (s3://bucket/prefix)")
@@ -72,19 +71,11 @@ def open_source(uri: str, *, include: Sequence[str] = (), exclude: Sequence[str]
 
 
 class LocalSource:
-    def __init__(self, uri: str, root: Path, include: Sequence[str], exclude: Sequence[str],
-                 allowed_roots: Sequence[Path] | None) -> None:
+    def __init__(self, uri: str, root: Path, include: Sequence[str], exclude: Sequence[str]) -> None:
         self.uri = uri
         if not root.is_absolute():
             raise InvalidSpecError(f"source {uri!r}: the path must be absolute")
         real = Path(os.path.realpath(root))
-        if allowed_roots is not None:
-            allowed = [Path(os.path.realpath(r)) for r in allowed_roots]
-            if not any(real == r or r in real.parents for r in allowed):
-                names = ", ".join(str(r) for r in allowed) or "none"
-                raise PathNotAllowedError(
-                    f"source {uri!r} resolves to {real}, outside the directories the cache may "
-                    f"read ({names}); set ALNAIR_CACHE_ALLOWED_ROOTS to allow it")
         self.root = real
         self.include, self.exclude = tuple(include), tuple(exclude)
 
@@ -113,6 +104,10 @@ class LocalSource:
         full = self.root / file.path
         try:
             with open(full, "rb") as f:
+                if not _inside(_opened_path(f.fileno(), full), self.root):
+                    # listed inside the source, swapped for a link out of it since
+                    raise SourceChangedError(f"{self.uri}/{file.path} now leads outside the "
+                                             "source; not read")
                 if _version(os.fstat(f.fileno())) != file.version:
                     raise SourceChangedError(f"{self.uri}/{file.path} changed since it was listed")
                 f.seek(start)
@@ -131,6 +126,14 @@ class LocalSource:
 
 def _version(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns}-{st.st_size}"
+
+
+def _opened_path(fd: int, path: Path) -> Path:
+    """The file an open descriptor is (no race with a link swapped after the open)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # no /proc: resolve the name instead
+        return Path(os.path.realpath(path))
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -209,7 +212,12 @@ class _S3Errors:
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
         if error is None or isinstance(error, SourceError):
             return False
-        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+        )
 
         where = f"{self.source.uri}: {self.what}"
         if isinstance(error, ClientError):
@@ -223,6 +231,12 @@ class _S3Errors:
                 raise AccessDeniedError(f"{where}: access denied ({code}); check the S3 keys "
                                         "the cache uses") from error
             raise SourceError(f"{where}: {code or error}") from error
+        if isinstance(error, NoCredentialsError):
+            raise AccessDeniedError(
+                f"{where}: no S3 credentials in this process; give it AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, ~/.aws/credentials, an instance role) — "
+                "in local mode the hydrator has alnair up's environment and a workload "
+                "alnair run's") from error
         if isinstance(error, EndpointConnectionError | BotoCoreError | OSError):
             raise SourceUnreachableError(f"{where}: {error}") from error
         return False

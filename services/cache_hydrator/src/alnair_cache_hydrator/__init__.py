@@ -4,7 +4,8 @@ from ._domain import AddRequest, DatasetSpec, DatasetStatus, Phase, RemoveReques
 from ._errors import CacheHydratorError, InvalidRequestError, TierBusyError
 from ._service import CacheHydratorService
 from ._settings import CacheHydratorSettings
+from ._source_rules import SourceRule, SourceRules
 
 __all__ = ["AddRequest", "CacheHydratorError", "CacheHydratorService", "CacheHydratorSettings",
            "DatasetSpec", "DatasetStatus", "InvalidRequestError", "Phase", "RemoveRequest",
-           "TierBusyError"]
+           "SourceRule", "SourceRules", "TierBusyError"]

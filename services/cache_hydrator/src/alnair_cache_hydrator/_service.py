@@ -61,6 +61,7 @@ class CacheHydratorService(Service):
         self.kv: TypedKV[cache_pb2.CacheDatasetStatus] | None = None
         self.jobs: dict[str, tuple[Hydration, asyncio.Task[DatasetStatus]]] = {}
         self._tier: CacheTier | None = None
+        self.source_rules = settings.source_rules
         self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
         self._readers: TierReaders | None = None
         self.workload_readers = WorkloadReaders()
@@ -202,8 +203,9 @@ class CacheHydratorService(Service):
         options: dict[str, Any] = {}
         if s.cache_s3_endpoint_url:
             options["endpoint_url"] = s.cache_s3_endpoint_url
+        self.source_rules.check(spec.namespace, spec.source)
         return open_source(spec.source, include=spec.include, exclude=spec.exclude,
-                           allowed_roots=s.allowed_roots, s3_options=options)
+                           s3_options=options)
 
     def _start(self, status: DatasetStatus) -> None:
         key = status.spec.key

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
 from alnair_common import ServiceSettings
 from alnair_common.tier_readers import ReaderKey
+
+from ._source_rules import SourceRules
 
 
 class CacheHydratorSettings(ServiceSettings):
@@ -17,7 +17,13 @@ class CacheHydratorSettings(ServiceSettings):
     cache_budget_bytes: int = Field(8 << 30, gt=0, description="Bytes the tier may hold")
     cache_prefix: str = Field("alnair", pattern=r"^[A-Za-z0-9_-]{1,32}$")
     cache_allowed_roots: str = Field(
-        "", description="Comma-separated directories file:// sources may be under; empty: none")
+        "", description="Comma-separated directories file:// sources may be under, for every "
+                        "namespace; empty: none")
+    cache_allowed_sources: str = Field(
+        "", description="Comma-separated [NAMESPACE=]PREFIX rules: the sources each namespace "
+                        "may have the cache read (s3://, s3://bucket[/prefix], file:///dir; no "
+                        "NAMESPACE=: every namespace and local mode). Empty: none beyond "
+                        "cache_allowed_roots (_source_rules.py)")
     cache_s3_endpoint_url: str | None = Field(
         None, description="S3 endpoint for s3:// sources; unset: AWS_ENDPOINT_URL or AWS")
     cache_concurrent_hydrations: int = Field(2, ge=1, le=64)
@@ -60,6 +66,15 @@ class CacheHydratorSettings(ServiceSettings):
                              "alluxio:// or dir:///")
         return value
 
+    @field_validator("cache_allowed_roots", "cache_allowed_sources")
+    @classmethod
+    def _rules_parse(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "cache_allowed_roots":
+            SourceRules.parse("", _items(value))
+        else:
+            SourceRules.parse(value)
+        return value
+
     @property
     def tier_url(self) -> str:
         return self.cache_tier_url or f"dir://{self.data_dir.resolve()}/cache"
@@ -73,5 +88,9 @@ class CacheHydratorSettings(ServiceSettings):
         return [self.node_name]
 
     @property
-    def allowed_roots(self) -> list[Path]:
-        return [Path(p.strip()) for p in self.cache_allowed_roots.split(",") if p.strip()]
+    def source_rules(self) -> SourceRules:
+        return SourceRules.parse(self.cache_allowed_sources, _items(self.cache_allowed_roots))
+
+
+def _items(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]

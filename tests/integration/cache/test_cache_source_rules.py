@@ -1,0 +1,79 @@
+"""The hydrator reads every source with its own S3 credentials and mounts, for every tenant:
+a tenant must not have it cache what another tenant's bucket or directory holds. Real
+nats-server, redis-server and versitygw (S3)."""
+
+from __future__ import annotations
+
+import pytest
+from cache_support import upload, write_dataset
+from hydrator_support import PHASE, add, running, settings, settled, spec
+
+from alnair_dataset import open_tier
+
+
+@pytest.fixture
+def s3_keys(s3_server, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def stored(tier_url: str) -> int:
+    return open_tier(tier_url, budget_bytes=1 << 40, prefix="t").usage().stored_bytes
+
+
+async def test_a_namespace_caches_only_the_sources_its_rules_name(
+        bus, nats_server, redis_node, s3_server, s3_keys, tmp_path):
+    tier_url = redis_node().url
+    files = write_dataset(tmp_path / "gen", files=2, size=100_000)
+    mine, theirs = s3_server.make_bucket(), s3_server.make_bucket()
+    upload(s3_server.client(), mine, "imgs", files)
+    upload(s3_server.client(), theirs, "private", files)
+    write_dataset(tmp_path / "dirs" / "team-b", files=1, size=1000)
+    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources=f"team-a=s3://{mine},team-b=s3://{theirs},"
+                                       f"team-b=file://{tmp_path}/dirs/team-b")
+    async with running(s):
+        cases = {  # name: (source, reason, what the message says)
+            "other-bucket": (f"s3://{theirs}/private", "path-not-allowed",
+                             f"outside what the cache may read for namespace 'team-a' "
+                             f"(allowed: s3://{mine})"),
+            "dot-dot": (f"s3://{mine}/../{theirs}/private", "invalid-spec", "'..' segment"),
+            "directory": (f"file://{tmp_path}/dirs/team-b", "path-not-allowed",
+                          "ALNAIR_CACHE_ALLOWED_SOURCES='team-a=file:///directory' or ALNAIR_CACHE_ALLOWED_ROOTS"),
+        }
+        for name, (source, reason, text) in cases.items():
+            st = await settled(bus, f"team-a.{name}",
+                               await add(bus, spec(name, source, namespace="team-a")))
+            assert (st.phase, st.reason) == (PHASE.CACHE_PHASE_FAILED, reason), st.message
+            assert text in st.message
+            if reason == "path-not-allowed":  # the rules named are this namespace's only
+                assert theirs not in st.message.split("(allowed:")[1]
+        assert stored(tier_url) == 0  # not one byte of the other namespace's data
+
+        ok = await settled(bus, "team-a.imgs", await add(bus, spec(
+            "imgs", f"s3://{mine}/imgs", namespace="team-a")))
+        assert ok.phase == PHASE.CACHE_PHASE_READY and ok.files_cached == 2, ok.message
+        # the owner of the other bucket caches it; local data sets (no namespace) have no rule
+        ok = await settled(bus, "team-b.private", await add(bus, spec(
+            "private", f"s3://{theirs}/private", namespace="team-b")))
+        assert ok.phase == PHASE.CACHE_PHASE_READY, ok.message
+        local = await settled(bus, "private", await add(bus, spec("private", f"s3://{theirs}/private")))
+        assert (local.phase, local.reason) == (PHASE.CACHE_PHASE_FAILED, "path-not-allowed")
+        assert "for local data sets (allowed: none)" in local.message
+
+
+async def test_no_s3_credentials_is_access_denied_with_the_fix(
+        bus, nats_server, redis_node, s3_server, tmp_path, monkeypatch):
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    bucket = s3_server.make_bucket()
+    s = settings(nats_server.url, redis_node().url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources="s3://")
+    async with running(s):
+        st = await settled(bus, "x", await add(bus, spec("x", f"s3://{bucket}/x")))
+    assert (st.phase, st.reason) == (PHASE.CACHE_PHASE_FAILED, "access-denied"), st.message
+    assert "no S3 credentials in this process; give it AWS_ACCESS_KEY_ID" in st.message
