@@ -63,13 +63,19 @@ async def test_a_namespace_caches_only_the_sources_its_rules_name(
         assert "for local data sets (allowed: none)" in local.message
 
 
-async def test_no_s3_credentials_is_access_denied_with_the_fix(
-        bus, nats_server, redis_node, s3_server, tmp_path, monkeypatch):
+def no_default_credentials(monkeypatch, tmp_path) -> None:
+    """No S3 keys in the environment, in ~/.aws or from an instance role."""
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+async def test_no_s3_credentials_is_access_denied_with_the_fix(
+        bus, nats_server, redis_node, s3_server, tmp_path, monkeypatch):
+    no_default_credentials(monkeypatch, tmp_path)
     bucket = s3_server.make_bucket()
     s = settings(nats_server.url, redis_node().url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
                  cache_allowed_sources="s3://")
@@ -77,3 +83,29 @@ async def test_no_s3_credentials_is_access_denied_with_the_fix(
         st = await settled(bus, "x", await add(bus, spec("x", f"s3://{bucket}/x")))
     assert (st.phase, st.reason) == (PHASE.CACHE_PHASE_FAILED, "access-denied"), st.message
     assert "no S3 credentials in this process; give it AWS_ACCESS_KEY_ID" in st.message
+
+
+async def test_each_namespace_reads_s3_with_the_profile_named_for_it(
+        bus, nats_server, redis_node, s3_server, tmp_path, monkeypatch):
+    """Keys per tenant, in a credentials file as an operator mounts one from a Secret: team-b's
+    keys are wrong, so its data set is refused although team-a's, same bucket, is read."""
+    no_default_credentials(monkeypatch, tmp_path)
+    credentials = tmp_path / "aws-credentials"
+    credentials.write_text(
+        f"[team-a]\naws_access_key_id = {s3_server.access_key}\n"
+        f"aws_secret_access_key = {s3_server.secret_key}\n\n"
+        f"[team-b]\naws_access_key_id = {s3_server.access_key}\naws_secret_access_key = wrong\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    bucket = s3_server.make_bucket()
+    upload(s3_server.client(), bucket, "imgs", write_dataset(tmp_path / "gen", files=1, size=1000))
+    s = settings(nats_server.url, redis_node().url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources="s3://", cache_s3_profiles="team-a=team-a,team-b=team-b,team-c=gone")
+    expected = {"team-a": ("", "1 file, "), "team-b": ("access-denied", "SignatureDoesNotMatch"),
+                "team-c": ("access-denied", "S3 profile 'gone'"),
+                "": ("access-denied", "no S3 credentials")}  # local: the default, which is none
+    async with running(s):
+        for namespace, (reason, text) in expected.items():
+            st = await settled(bus, f"{namespace}.imgs" if namespace else "imgs", await add(
+                bus, spec("imgs", f"s3://{bucket}/imgs", namespace=namespace)))
+            assert st.reason == reason and text in (st.message or st.source), (namespace, st.message)
+            assert st.phase == (PHASE.CACHE_PHASE_FAILED if reason else PHASE.CACHE_PHASE_READY)

@@ -92,3 +92,11 @@ def test_a_bad_rule_stops_the_service_with_what_is_wrong(text, error):
 def test_a_relative_root_is_refused():
     with pytest.raises(ValueError, match="must be an absolute directory"):
         CacheHydratorSettings(cache_allowed_roots="data/sets")
+
+
+def test_s3_profiles_per_namespace():
+    s = CacheHydratorSettings(cache_s3_profiles="team-a=reader-a, team-b=b.ro")
+    assert s.s3_profiles == {"team-a": "reader-a", "team-b": "b.ro"}
+    for bad in ("team-a", "Team=x", "team-a=", "team-a=x y", "team-a=x,team-a=y"):
+        with pytest.raises(ValueError, match="ALNAIR_CACHE_S3_PROFILES"):
+            CacheHydratorSettings(cache_s3_profiles=bad)

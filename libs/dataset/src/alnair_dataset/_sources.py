@@ -142,7 +142,8 @@ def _inside(path: Path, root: Path) -> bool:
 
 class S3Source:
     """An S3 bucket prefix, through boto3 (endpoint and keys from ``s3_options`` or the
-    usual AWS environment: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...)."""
+    usual AWS environment: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...). ``s3_options``
+    may name a ``profile`` of the AWS shared credentials and config files instead."""
 
     def __init__(self, uri: str, bucket: str, prefix: str, include: Sequence[str],
                  exclude: Sequence[str], s3_options: dict[str, Any]) -> None:
@@ -158,13 +159,20 @@ class S3Source:
             try:
                 import boto3
                 from botocore.config import Config
+                from botocore.exceptions import BotoCoreError
             except ImportError as e:
                 raise SourceError("s3:// sources need boto3: pip install 'alnair-dataset[s3]'") from e
             config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=3,
                             read_timeout=30, max_pool_connections=32)
             # A session of its own: boto3's default session caches the credentials it first
             # saw for the life of the process.
-            self._client = boto3.session.Session().client("s3", config=config, **self._options)
+            options = dict(self._options)
+            profile = options.pop("profile", None)
+            try:
+                session = boto3.session.Session(profile_name=profile)
+            except BotoCoreError as e:  # ProfileNotFound, a file that does not parse
+                raise AccessDeniedError(f"{self.uri}: S3 profile {profile!r}: {e}") from e
+            self._client = session.client("s3", config=config, **options)
         return self._client
 
     def close(self) -> None:

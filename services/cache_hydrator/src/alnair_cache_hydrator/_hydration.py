@@ -159,7 +159,7 @@ class Hydration:
             phase=Phase.READY, reason="", cached_bytes=fp.cached_bytes, files_cached=fp.files,
             chunks=fp.chunks, unique_bytes=fp.unique_bytes,
             dedup_saved_bytes=fp.dedup_saved_bytes,
-            message=f"{fp.files} files, {gib(fp.cached_bytes)} cached; "
+            message=f"{fp.files} file{'' if fp.files == 1 else 's'}, {gib(fp.cached_bytes)} cached; "
                     f"{gib(fp.dedup_saved_bytes)} shared with other data sets or repeated")
 
     async def _room_for(self, tier: CacheTier, needed: int) -> list[str]:

@@ -62,6 +62,7 @@ class CacheHydratorService(Service):
         self.jobs: dict[str, tuple[Hydration, asyncio.Task[DatasetStatus]]] = {}
         self._tier: CacheTier | None = None
         self.source_rules = settings.source_rules
+        self.s3_profiles = settings.s3_profiles
         self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
         self._readers: TierReaders | None = None
         self.workload_readers = WorkloadReaders()
@@ -203,6 +204,8 @@ class CacheHydratorService(Service):
         options: dict[str, Any] = {}
         if s.cache_s3_endpoint_url:
             options["endpoint_url"] = s.cache_s3_endpoint_url
+        if spec.namespace in self.s3_profiles:
+            options["profile"] = self.s3_profiles[spec.namespace]
         self.source_rules.check(spec.namespace, spec.source)
         return open_source(spec.source, include=spec.include, exclude=spec.exclude,
                            s3_options=options)

@@ -7,7 +7,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from alnair_common import ServiceSettings
 from alnair_common.tier_readers import ReaderKey
 
-from ._source_rules import SourceRules
+from ._source_rules import SourceRules, parse_profiles
 
 
 class CacheHydratorSettings(ServiceSettings):
@@ -26,6 +26,10 @@ class CacheHydratorSettings(ServiceSettings):
                         "cache_allowed_roots (_source_rules.py)")
     cache_s3_endpoint_url: str | None = Field(
         None, description="S3 endpoint for s3:// sources; unset: AWS_ENDPOINT_URL or AWS")
+    cache_s3_profiles: str = Field(
+        "", description="Comma-separated NAMESPACE=PROFILE: the AWS credentials-file profile "
+                        "each namespace's s3:// sources are read with; not named: the default "
+                        "credentials")
     cache_concurrent_hydrations: int = Field(2, ge=1, le=64)
     cache_status_interval_seconds: float = Field(0.5, gt=0, le=60,
                                                  description="Least time between progress statuses")
@@ -74,6 +78,16 @@ class CacheHydratorSettings(ServiceSettings):
         else:
             SourceRules.parse(value)
         return value
+
+    @field_validator("cache_s3_profiles")
+    @classmethod
+    def _profiles_parse(cls, value: str) -> str:
+        parse_profiles(value)
+        return value
+
+    @property
+    def s3_profiles(self) -> dict[str, str]:
+        return parse_profiles(self.cache_s3_profiles)
 
     @property
     def tier_url(self) -> str:

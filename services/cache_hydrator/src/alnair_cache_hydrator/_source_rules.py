@@ -94,6 +94,27 @@ class SourceRules:
             + ("" if parsed.scheme == "s3" else " or ALNAIR_CACHE_ALLOWED_ROOTS (every namespace)"))
 
 
+_PROFILE = re.compile(r"^[A-Za-z0-9_.+@-]{1,64}$")
+
+
+def parse_profiles(text: str) -> dict[str, str]:
+    """``NAMESPACE=PROFILE,...`` (``ALNAIR_CACHE_S3_PROFILES``): the profile of the AWS shared
+    credentials and config files each namespace's S3 sources are read with, so that each
+    tenant's data sets are read with keys that reach only its buckets. A namespace not named
+    is read with the process's default credentials."""
+    profiles: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        namespace, sep, profile = (p.strip() for p in item.partition("="))
+        if not sep or not _NAMESPACE.match(namespace) or not _PROFILE.match(profile):
+            raise ValueError(f"ALNAIR_CACHE_S3_PROFILES entry {item!r} must be NAMESPACE=PROFILE "
+                             "(a namespace, then a profile name of the AWS credentials file)")
+        if profiles.setdefault(namespace, profile) != profile:
+            raise ValueError(f"ALNAIR_CACHE_S3_PROFILES names two profiles for {namespace!r}")
+    return profiles
+
+
 def _parse_rule(item: str) -> SourceRule:
     namespace: str | None = None
     prefix = item
