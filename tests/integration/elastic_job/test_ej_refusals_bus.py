@@ -154,3 +154,33 @@ async def test_a_refusal_read_before_its_worker_event_finds_the_worker_in_its_re
     await refusal(bus, "c", permanent=True)
     s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
     assert "worker c" in s.message and not await early_refusal(controller, "c")
+
+
+async def test_a_worker_event_read_while_its_refusal_looks_up_the_record_is_not_missed(
+        bus: Bus, controller: ej.ElasticJobService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two streams are read concurrently: the worker's event can be handled while the
+    refusal waits for the record lookup (none yet). The refusal must not then be kept for an
+    event that already came — the job would wait for the 600 s scheduling timeout. The lookup
+    is held open until the event has been handled, so the interleaving is the one CI hit."""
+    seen = Observer()
+    await bus.subscribe(subjects.wildcard("alnair.job.<name>.state"), job_pb2.JobState, seen.on_state)
+    await command(bus, submit=ej.to_proto(JOB))
+    await seen.phase(job_pb2.JOB_PHASE_SCHEDULING, "WaitingForGang")
+    looking_up, event_handled = asyncio.Event(), asyncio.Event()
+    lookup = controller._recorded_worker  # noqa: SLF001 - the real lookup, held open
+
+    async def held_lookup(uid: str):  # type: ignore[no-untyped-def]
+        found = await lookup(uid)
+        if uid == "c":
+            looking_up.set()
+            await event_handled.wait()
+        return found
+
+    monkeypatch.setattr(controller, "_recorded_worker", held_lookup)
+    await refusal(bus, "c", permanent=True)
+    await asyncio.wait_for(looking_up.wait(), 10)
+    await worker(bus, "c", workload_pb2.WORKLOAD_PHASE_PENDING, rendezvous="default.resnet.1")
+    await wait_for(lambda: known_worker(controller, "c"), what="worker c known to the controller")
+    event_handled.set()
+    s = await seen.phase(job_pb2.JOB_PHASE_FAILED, "Unschedulable")
+    assert "worker c" in s.message and not await early_refusal(controller, "c")

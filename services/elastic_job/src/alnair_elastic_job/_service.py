@@ -272,6 +272,9 @@ class ElasticJobService(Service):
         if not f.permanent or not f.workload.uid:
             return
         worker = self._workers.get(f.workload.uid) or await self._recorded_worker(f.workload.uid)
+        # Its event may have been read while the record was: kept now, the refusal would wait
+        # for an event that already came (and the job for the 600 s scheduling timeout).
+        worker = worker or self._workers.get(f.workload.uid)
         if worker is None:
             self._early[f.workload.uid] = f
             while len(self._early) > _EARLY_REFUSALS:
