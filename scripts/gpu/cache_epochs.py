@@ -13,7 +13,8 @@ workers, same batch):
   ``cache-redis-io4``: over a server of its own with 4 I/O threads (``--io-threads``);
 * ``cache-dir-per-sample``, ``cache-redis-per-sample``: the same, each sample fetched on its
   own (``__getitem__`` only, as before ``CachedSamples.__getitems__``), on a tier of its own:
-  what fetching a batch's samples together (one tier request a batch) changes.
+  what fetching a batch's samples together (one tier request a batch) changes;
+  ``cache-redis-group32`` (any N, any tier): a batch fetched N samples a request.
 
 Data stall, two ways: the share of the epoch the training loop spends waiting for its next
 batch (``wait``: time in ``next()`` of the loader, steps synchronised), and CoorDL's
@@ -77,6 +78,28 @@ class PerSample:
 
     def __getitem__(self, i: int) -> bytes:
         return self.samples[i]
+
+
+class Grouped:
+    """A batch's samples asked for in groups of ``n`` (``__getitems__`` per group, each group
+    transformed before the next is fetched): between one tier request a batch and one a
+    sample. Tests whether a whole batch's bytes in one reply (16 MB at the defaults) cost
+    the worker more than they save in round trips."""
+
+    def __init__(self, samples: Any, n: int) -> None:
+        self.samples, self.n = samples, n
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.samples[i]
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        out: list[Any] = []
+        for lo in range(0, len(indices), self.n):
+            out += self.samples.__getitems__(indices[lo:lo + self.n])
+        return out
 
 
 class S3Samples:
@@ -310,12 +333,16 @@ def main() -> int:
                     rows = trainer.epochs(way, S3Samples(bucket, keys, s3.client_options()), opts.epochs)
                 elif way.startswith("cache-"):
                     per_sample = way.endswith("-per-sample")
-                    prefix = "bench1" if per_sample else "bench"  # each way its own empty tier
+                    base, _, group = way.partition("-group")  # cache-redis-group32: 32 a request
+                    if group and not group.isdigit():
+                        raise SystemExit(f"way {way!r}: -groupN needs a number")
+                    # each way its own empty tier
+                    prefix = "bench1" if per_sample else f"bench-g{group}" if group else "bench"
                     if way.startswith("cache-dir"):
                         url = f"dir://{tmp}/tier-{prefix}"
                     else:
                         # cache-redis-io4: a server of its own with 4 I/O threads
-                        io = int(way.removeprefix("cache-redis").removesuffix("-per-sample")
+                        io = int(base.removeprefix("cache-redis").removesuffix("-per-sample")
                                  .removeprefix("-io") or 1)
                         try:
                             if io not in redis:
@@ -335,7 +362,8 @@ def main() -> int:
                                             s3_options=s3.client_options())
                     first = samples.reader.files()[0]
                     assert samples.reader.read(first) == blobs[0], "cache returned other bytes"
-                    fed = PerSample(samples) if per_sample else samples
+                    fed = (PerSample(samples) if per_sample
+                           else Grouped(samples, int(group)) if group else samples)
                     rows = trainer.epochs(way, fed, opts.epochs, after_epoch=lambda t=tier: {
                         "tier_chunks": t.usage().chunks, "tier_bytes": t.usage().stored_bytes})
                     samples.close()
