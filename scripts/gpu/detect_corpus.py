@@ -12,7 +12,10 @@ three zoos: ``workloads.py`` (the recordings CI already replays), ``opendata_wor
     python3 detect_corpus.py --list
 
 A recording already in DIR (``NAME.jsonl.gz``) is kept, so a cut-off part resumes; the
-deadline stops before a recording that would not finish in time.
+deadline stops before a recording that would not finish in time. The device tool brings back
+at most 8 files, so pack DIR in the device command (a part is ~18 recordings):
+
+    python3 scripts/gpu/detect_corpus.py --out /tmp/corpus --part 1/2; tar czf "$OUT/corpus1.tgz" -C /tmp/corpus .
 """
 
 from __future__ import annotations
