@@ -57,7 +57,7 @@ def test_every_bucket_and_roots(tmp_path):
     (tmp_path / "allowed").mkdir()
     (tmp_path / "secret").mkdir()
     (tmp_path / "allowed" / "escape").symlink_to(tmp_path / "secret")
-    rules = SourceRules.parse("s3://", roots=[str(tmp_path / "allowed")])
+    rules = SourceRules.parse("s3://", roots=str(tmp_path / "allowed"))
     assert allowed(rules, "any-ns", "s3://whatever/prefix")
     assert allowed(rules, "", f"file://{tmp_path}/allowed/x")
     assert not allowed(rules, "", f"file://{tmp_path}/secret")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from alnair_common import ServiceSettings
 from alnair_common.tier_readers import ReaderKey
@@ -70,13 +70,16 @@ class CacheHydratorSettings(ServiceSettings):
                              "alluxio:// or dir:///")
         return value
 
-    @field_validator("cache_allowed_roots", "cache_allowed_sources")
+    @field_validator("cache_allowed_sources")
     @classmethod
-    def _rules_parse(cls, value: str, info: ValidationInfo) -> str:
-        if info.field_name == "cache_allowed_roots":
-            SourceRules.parse("", _items(value))
-        else:
-            SourceRules.parse(value)
+    def _sources_parse(cls, value: str) -> str:
+        SourceRules.parse(value)
+        return value
+
+    @field_validator("cache_allowed_roots")
+    @classmethod
+    def _roots_parse(cls, value: str) -> str:
+        SourceRules.parse("", value)
         return value
 
     @field_validator("cache_s3_profiles")
@@ -103,8 +106,4 @@ class CacheHydratorSettings(ServiceSettings):
 
     @property
     def source_rules(self) -> SourceRules:
-        return SourceRules.parse(self.cache_allowed_sources, _items(self.cache_allowed_roots))
-
-
-def _items(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
+        return SourceRules.parse(self.cache_allowed_sources, self.cache_allowed_roots)

@@ -56,11 +56,11 @@ class SourceRules:
         self.rules = tuple(rules)
 
     @classmethod
-    def parse(cls, text: str, roots: Iterable[str] = ()) -> SourceRules:
+    def parse(cls, sources: str, roots: str = "") -> SourceRules:
         """Rules from ``ALNAIR_CACHE_ALLOWED_SOURCES`` and ``ALNAIR_CACHE_ALLOWED_ROOTS``'s
         directories; ValueError names the rule that is wrong and the form it should have."""
-        rules = [_parse_rule(item.strip()) for item in text.split(",") if item.strip()]
-        for root in roots:
+        rules = [_parse_rule(item) for item in _items(sources)]
+        for root in _items(roots):
             if not Path(root).is_absolute():
                 raise ValueError(f"allowed root {root!r} must be an absolute directory")
             rules.append(SourceRule(None, "file", "", _segments(root)))
@@ -103,9 +103,7 @@ def parse_profiles(text: str) -> dict[str, str]:
     tenant's data sets are read with keys that reach only its buckets. A namespace not named
     is read with the process's default credentials."""
     profiles: dict[str, str] = {}
-    for item in (i.strip() for i in text.split(",")):
-        if not item:
-            continue
+    for item in _items(text):
         namespace, sep, profile = (p.strip() for p in item.partition("="))
         if not sep or not _NAMESPACE.match(namespace) or not _PROFILE.match(profile):
             raise ValueError(f"ALNAIR_CACHE_S3_PROFILES entry {item!r} must be NAMESPACE=PROFILE "
@@ -139,6 +137,11 @@ def _parse_rule(item: str) -> SourceRule:
         return SourceRule(namespace, "file", "", _segments(unquote(parsed.path)))
     raise ValueError(f"{VARIABLE} rule {item!r} must be [NAMESPACE=]s3://[bucket[/prefix]] "
                      "or [NAMESPACE=]file:///directory")
+
+
+def _items(text: str) -> list[str]:
+    """The comma-separated entries of a setting, blanks dropped."""
+    return [i.strip() for i in text.split(",") if i.strip()]
 
 
 def _segments(path: str) -> tuple[str, ...]:
