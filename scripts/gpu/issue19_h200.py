@@ -262,8 +262,10 @@ def container_worker() -> None:
 # ---- orchestration -----------------------------------------------------------------------
 
 
-def run(args: list[str], env: dict[str, str], timeout: float = 120) -> dict:
+def run(args: list[str], env: dict[str, str], timeout: float = 120, stderr_to: Path | None = None) -> dict:
     done = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if stderr_to is not None:
+        stderr_to.write_text(done.stderr)
     lines = [line for line in done.stdout.strip().splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
@@ -286,6 +288,9 @@ def main() -> None:
     ap.add_argument("--trusted", required=True, help="the test library's fixed limits directory")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="compute,memory,container,latency")
+    ap.add_argument("--kinds", default="matmul,graph,small", help="compute: the workloads")
+    ap.add_argument("--debug", action="store_true",
+                    help="compute: the interceptor's debug lines of each workload to OUT/KIND.err")
     ap.add_argument("--no-clock-probe", action="store_true",
                     help="compute: no nvidia-smi reading the clock beside the measured loop (does "
                          "a driver query beside an unlimited phase slow it, so that limits read high?)")
@@ -300,10 +305,11 @@ def main() -> None:
 
     if "compute" in only:
         results["compute"] = {}
-        for kind in ("matmul", "graph", "small"):
+        for kind in a.kinds.split(","):
             ws = tempfile.mkdtemp(prefix=f"alnair-{kind}-")
             env = hooked_env(a.lib, ws) | ({NO_PROBE: "1"} if a.no_clock_probe else {})
-            r = run(["--compute", kind], env, timeout=90)
+            env |= {"ALNAIR_CUDA_DEBUG": "1"} if a.debug else {}
+            r = run(["--compute", kind], env, timeout=90, stderr_to=out / f"{kind}.err" if a.debug else None)
             if "phases" in r:
                 alone = (r["phases"][0]["rate"] + r["phases"][-1]["rate"]) / 2
                 r["alone_rates"] = [r["phases"][0]["rate"], r["phases"][-1]["rate"]]

@@ -7,7 +7,9 @@ runs, so every input is judged by the validation before the bus; `up` is only gi
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 from alnair_cli.__main__ import app
 
 DATA_DIR = Path(tempfile.mkdtemp(prefix="alnair-fuzz-"))
+atexit.register(shutil.rmtree, DATA_DIR, ignore_errors=True)  # made at import: no fixture
 OPTIONS = ["--gpu-memory", "--gpu-compute", "--name", "--wait", "--subject", "--count",
            "--requests", "--no-requests", "--json", "--all", "-a", "--follow", "-f",
            "--nats-url", "--mongo-url", "--database", "--collection", "--", "-x", "--bogus"]

@@ -239,8 +239,13 @@ static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0,
     const struct ci_monitor_point *a = ci_monitor_at(m, t0), *b = ci_monitor_at(m, t1);
     if (a == NULL || b == NULL || b->t_ns <= a->t_ns || b->charged <= a->charged)
         return;
-    ci_flatout_window(&m->flatout, (double)(b->t_ns - a->t_ns) * busy / 100.0,
-                      (double)(b->workload_charged - a->workload_charged));
+    double card_ns = (double)(b->t_ns - a->t_ns) * busy / 100.0;
+    double tokens = (double)(b->workload_charged - a->workload_charged);
+    if (!ci_flatout_window(&m->flatout, card_ns, tokens, busy >= 100.0))
+        return;
+    ci_debug("dev %d: alone %.0f%% busy, %.0f ns per token (mark %.0f over %llu windows)", dev,
+             busy, card_ns / tokens, m->flatout.card_ns / m->flatout.card_tokens,
+             (unsigned long long)m->flatout.windows);
     double sampled = ci_gputime_alone_ns_per_token(dev);
     if (sampled <= 0.0)
         return;

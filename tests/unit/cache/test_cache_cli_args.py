@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from alnair_cli._dataset import DatasetRunRequest, dataset_environment
 from alnair_cli._run import RunRequest
 
 DATA_DIR = Path(tempfile.mkdtemp(prefix="alnair-dataset-fuzz-"))
+atexit.register(shutil.rmtree, DATA_DIR, ignore_errors=True)  # made at import: no fixture
 WORDS = st.one_of(
     st.sampled_from(["add", "ls", "rm", "--include", "--exclude", "--pin", "--detach",
                      "--timeout", "--json", "s3://b/p", "file:///data", "http://x", "", "-1",

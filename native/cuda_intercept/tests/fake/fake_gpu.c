@@ -220,6 +220,12 @@ static void gpu_close_periods(struct gpu_state *g, uint64_t now)
     uint64_t idx = (now - g->period0) / g->period_ns;
     uint64_t off_us = unix_us() - now / 1000; /* realtime = monotonic + offset */
     const char *fixed = getenv("FAKENVML_UTIL");
+    /* FAKENVML_DIPS=CAP,EVERY,RUN: the first RUN periods of every EVERY read at most CAP %
+     * (NVML reading a loop that fills the card below full load now and then) */
+    unsigned dip_cap = 100, dip_every = 0, dip_runs = 0;
+    const char *dips = getenv("FAKENVML_DIPS");
+    if (dips == NULL || sscanf(dips, "%u,%u,%u", &dip_cap, &dip_every, &dip_runs) != 3)
+        dip_every = 0;
     while (g->cur_period < idx) {
         unsigned slot = (unsigned)(g->cur_period % GPU_FUTURE_PERIODS);
         unsigned util = (unsigned)(g->busy[slot] * 100 / g->period_ns);
@@ -228,6 +234,8 @@ static void gpu_close_periods(struct gpu_state *g, uint64_t now)
         g->last_util = util;
         if (fixed != NULL && *fixed != '\0')
             util = (unsigned)atoi(fixed);
+        if (dip_every > 0 && g->cur_period % dip_every < dip_runs && util > dip_cap)
+            util = dip_cap;
         struct fakecuda_sample *s = &g->samples[g->samples_n % GPU_SAMPLE_RING];
         s->ts_us = (g->period0 + (g->cur_period + 1) * g->period_ns) / 1000 + off_us;
         s->util = util;
