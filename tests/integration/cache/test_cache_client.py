@@ -15,6 +15,7 @@ import pytest
 from cache_support import MIB, hydrate_directly, upload, write_dataset
 
 from alnair_dataset import CachedSamples, DatasetReader, _reader, loader_options, open_tier
+from alnair_dataset._redis_tier import RedisTier
 
 
 def tier_of(url: str):
@@ -120,13 +121,23 @@ def test_a_chunk_file_cut_short_in_the_directory_tier_is_read_from_the_source(tm
 
 def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, data, monkeypatch):
     """read_many (what a DataLoader batch calls): every file equal to the source when a
-    chunk of one was lost, when the batch takes several tier requests, and once the server
-    is gone."""
+    chunk of one was lost, when the batch takes several tier requests (each at most
+    BATCH_BYTES of chunks: one 16 MB pipeline read slower than four of 4 MB), and once the
+    server is gone."""
     root, files = data
     node = redis_node()
     tier = tier_of(node.url)
     hydrate_directly(tier, "ds", f"file://{root}")
     monkeypatch.setattr(_reader, "BATCH_BYTES", 3 * MIB)  # the 1 MiB files: several requests
+    requests: list[int] = []  # bytes each tier request returned
+    get_chunks = RedisTier.get_chunks
+
+    def counted(self: RedisTier, chunks: list[str]) -> list[bytes | None]:
+        got = get_chunks(self, chunks)
+        requests.append(sum(len(c) for c in got if c is not None))
+        return got
+
+    monkeypatch.setattr(RedisTier, "get_chunks", counted)
     paths = sorted(files)
     lost = max(paths, key=lambda p: len(files[p]))
     tier.client.delete(tier._chunk_keys(tier.file_entry("ds", lost).chunks[1])[0])
@@ -134,6 +145,7 @@ def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, da
     with DatasetReader("ds", tier_url=node.url, prefix="t", write_back=False,
                        breaker_seconds=60) as reader:
         assert reader.read_many(order) == [files[p] for p in order]
+        assert len(requests) >= 3 and max(requests) <= 3 * MIB, requests  # 6 MiB + 100 KB
         non_empty = sum(1 for p in paths if files[p])
         assert (reader.stats.hits, reader.stats.misses) == (non_empty - 1, 1)
         node.kill()

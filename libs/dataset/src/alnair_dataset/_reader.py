@@ -61,22 +61,12 @@ WRITE_BACK_THREADS = 2
 WRITE_BACK_QUEUE_BYTES = 256 << 20
 RECHECK_SECONDS = 1.0
 
-# read_many asks the tier for at most about this many bytes at once (one Redis pipeline's
-# replies are held in memory until the last one arrives).
-BATCH_BYTES = 32 << 20
-
-
-def _batches(sizes: list[int], limit: int) -> Iterator[tuple[int, int]]:
-    """``(lo, hi)`` runs of consecutive items whose sizes add up to at most ``limit`` (an
-    item larger than that alone)."""
-    lo, total = 0, 0
-    for i, size in enumerate(sizes):
-        if i > lo and total + size > limit:
-            yield lo, i
-            lo, total = i, 0
-        total += size
-    if lo < len(sizes):
-        yield lo, len(sizes)
+# A read asks the tier for at most about this many bytes of chunks at once, one request
+# after the other: one Redis pipeline's replies are held in memory until the last one
+# arrives, and a DataLoader batch of 256 samples of 62 KB read 25-35 % faster as four
+# pipelines of 4 MB in turn than as one of 16 MB, or as four at once on threads
+# (scripts/gpu/redis_paths.py, docs/benchmarks.md).
+BATCH_BYTES = 4 << 20
 
 
 def dataset_variable(name: str, suffix: str) -> str:
@@ -253,15 +243,11 @@ class DatasetReader:
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         """Whole files, in the order given: the chunks of every file the tier has are asked
-        for together (on Redis one pipeline per :data:`BATCH_BYTES`, where one read per file
-        is one round trip each: a DataLoader batch of 256 small samples, 256 round trips),
-        and the rest is read from the source; several requests and the misses run on the
-        reader's threads."""
+        for together (on Redis one pipeline per :data:`BATCH_BYTES`, in turn, where one read
+        per file is one round trip each: a DataLoader batch of 256 small samples, 256 round
+        trips), and the rest is read from the source, the misses on the reader's threads."""
         files = [self.file(p) for p in paths]
-        groups = [files[lo:hi] for lo, hi in _batches([f.size for f in files], BATCH_BYTES)]
-        found = (self._pool.map(self._from_tier, groups) if len(groups) > 1
-                 else map(self._from_tier, groups))
-        out: list[bytes | None] = [data for group in found for data in group]
+        out = self._from_tier(files)
         for data in out:
             if data:  # an empty file is no hit, as in read()
                 self.stats.count(hit=True, size=len(data))
@@ -305,12 +291,14 @@ class DatasetReader:
     def _from_tier(self, files: list[SourceFile], start: int = 0,
                    end: int | None = None) -> list[bytes | None]:
         """Bytes ``start``..``end`` (None: each file's end) of each file the tier holds whole
-        and current, with one tier request for all of their chunks; None for the others."""
+        and current, their chunks asked for :data:`BATCH_BYTES` a request; None for the
+        others."""
         out: list[bytes | None] = [None] * len(files)
         if self.tier is None or time.monotonic() < self._down_until:
             return out
         wanted: list[tuple[int, FileEntry, range, int]] = []  # file, entry, chunks, its end
-        chunks: list[str] = []
+        requests: list[list[str]] = [[]]  # chunk ids, about BATCH_BYTES a request
+        held = 0
         try:
             reading: list[tuple[int, int]] = []  # file, its end
             for i, file in enumerate(files):
@@ -327,8 +315,14 @@ class DatasetReader:
                     continue  # not in the tier, or an older version of it: the source has it
                 span = entry.chunk_span(start, stop)
                 wanted.append((i, entry, span, stop))
-                chunks += [entry.chunks[c] for c in span]
-            got = self.tier.get_chunks(chunks) if chunks else []
+                for c in span:
+                    size = min((c + 1) * entry.chunk_bytes, entry.size) - c * entry.chunk_bytes
+                    if requests[-1] and held + size > BATCH_BYTES:
+                        requests.append([])
+                        held = 0
+                    requests[-1].append(entry.chunks[c])
+                    held += size
+            got = [data for chunks in requests if chunks for data in self.tier.get_chunks(chunks)]
         except TierUnavailableError:
             self._trip()
             return [None] * len(files)
