@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from cache_support import upload, write_dataset
-from hydrator_support import PHASE, add, running, settings, settled, spec
+from hydrator_support import PHASE, add, running, settings, settled, spec, status
 
 from alnair_dataset import open_tier
 
@@ -109,3 +109,42 @@ async def test_each_namespace_reads_s3_with_the_profile_named_for_it(
                 bus, spec("imgs", f"s3://{bucket}/imgs", namespace=namespace)))
             assert st.reason == reason and text in (st.message or st.source), (namespace, st.message)
             assert st.phase == (PHASE.CACHE_PHASE_FAILED if reason else PHASE.CACHE_PHASE_READY)
+
+
+async def test_narrowed_rules_release_what_a_namespace_may_no_longer_cache(
+        bus, nats_server, redis_node, s3_server, s3_keys, tmp_path):
+    """The operator takes a bucket away from a namespace and restarts the hydrator: the data
+    set cached from it is released (its readers go to the source with their own rights) and
+    fails with the reason; the other namespace's data set is untouched, and asking for the
+    revoked one again is refused."""
+    tier_url = redis_node().url
+    bucket_a, bucket_b = s3_server.make_bucket(), s3_server.make_bucket()
+    files = write_dataset(tmp_path / "gen", files=3, size=50_000)
+    upload(s3_server.client(), bucket_a, "imgs", files)
+    files_b = write_dataset(tmp_path / "gen-b", files=2, size=40_000, seed=3)
+    upload(s3_server.client(), bucket_b, "imgs", files_b)
+    size_a, size_b = (sum(map(len, f.values())) for f in (files, files_b))
+    both = f"team-a=s3://{bucket_a},team-b=s3://{bucket_b}"
+    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources=both)
+    async with running(s):
+        for ns, bucket in (("team-a", bucket_a), ("team-b", bucket_b)):
+            st = await settled(bus, f"{ns}.imgs", await add(bus, spec("imgs", f"s3://{bucket}/imgs", namespace=ns)))
+            assert st.phase == PHASE.CACHE_PHASE_READY, st.message
+    tier = open_tier(tier_url, budget_bytes=1 << 40, prefix="t")
+    assert tier.manifest("team-a.imgs") and stored(tier_url) == size_a + size_b
+
+    s = settings(nats_server.url, tier_url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources=f"team-b=s3://{bucket_b}")
+    async with running(s):
+        revoked = await settled(bus, "team-a.imgs", st_a_request := (await status(bus, "team-a.imgs")).request_id,
+                                phases=(PHASE.CACHE_PHASE_FAILED,))
+        assert revoked.reason == "path-not-allowed" and revoked.cached_bytes == 0, revoked.message
+        assert f"rules changed since it was cached, so its {size_a} cached bytes were released" in revoked.message
+        assert not tier.manifest("team-a.imgs") and not tier.meta("team-a.imgs")
+        assert stored(tier_url) == size_b  # team-b's data set is still there, and ready
+        assert (await status(bus, "team-b.imgs")).phase == PHASE.CACHE_PHASE_READY
+        again = await settled(bus, "team-a.imgs", await add(
+            bus, spec("imgs", f"s3://{bucket_a}/imgs", namespace="team-a")))
+        assert (again.phase, again.reason) == (PHASE.CACHE_PHASE_FAILED, "path-not-allowed")
+        assert again.request_id != st_a_request and stored(tier_url) == size_b

@@ -26,7 +26,7 @@ from alnair_common import (
     TypedKV,
     subjects,
 )
-from alnair_dataset import CacheTier, DatasetError, Source, gib, open_source, open_tier
+from alnair_dataset import CacheTier, DatasetError, PathNotAllowedError, Source, gib, open_source, open_tier
 
 from ._domain import (
     AddRequest,
@@ -66,6 +66,7 @@ class CacheHydratorService(Service):
         self._slots = asyncio.Semaphore(settings.cache_concurrent_hydrations)
         self._readers: TierReaders | None = None
         self.workload_readers = WorkloadReaders()
+        self._revoking: set[str] = set()  # data sets whose source the rules no longer allow
 
     async def setup(self) -> None:
         assert self.bus is not None
@@ -75,7 +76,10 @@ class CacheHydratorService(Service):
             if found is None:
                 continue
             status = DatasetStatus.from_proto(found.value)
-            if status.phase in ACTIVE:
+            if (why := self._disallowed(status)) is not None:
+                self._revoking.add(status.spec.key)  # before any request is read
+                self.spawn(self._revoke(status, why), f"revoke:{key}")
+            elif status.phase in ACTIVE:
                 self.log.info("resuming hydration", dataset=key)
                 self._start(status)
         # What live workloads read, before anything may be evicted (a pod holds no lease).
@@ -128,6 +132,10 @@ class CacheHydratorService(Service):
 
     async def _add(self, request: AddRequest) -> None:
         spec = request.spec
+        if spec.key in self._revoking:
+            raise TierBusyError(f"data set {spec.name!r} is being released (its source is no "
+                                "longer allowed); asked again shortly",
+                                retry_after=self.settings.cache_tier_retry_seconds)
         old = await self._status(spec.key)
         if old is not None:
             if not old.spec.same_data(spec):
@@ -273,6 +281,38 @@ class CacheHydratorService(Service):
         return evicted, kept
 
     # -- state ------------------------------------------------------------------------------
+
+    def _disallowed(self, status: DatasetStatus) -> str | None:
+        """Why a recorded data set's source is outside the rules this hydrator started with
+        (the operator narrowed them); None when allowed, or when nothing of it is cached."""
+        if status.phase is Phase.REMOVED or (status.reason == "path-not-allowed"
+                                             and not status.cached_bytes):
+            return None
+        try:
+            self.source_rules.check(status.spec.namespace, status.spec.source)
+        except PathNotAllowedError as e:
+            return str(e)
+        return None
+
+    async def _revoke(self, status: DatasetStatus, why: str) -> None:
+        """A data set whose source the rules no longer allow: what it cached is released (its
+        readers then go to the source, with their own rights) and it fails with the reason. A
+        tier that is down is asked again until it answers: the revocation is not dropped."""
+        key = status.spec.key
+        self.log.warning("source no longer allowed: releasing the data set", dataset=key,
+                         source=status.spec.source)
+        while True:
+            try:
+                freed = await self._release(key, status.spec.name)
+                break
+            except TierBusyError as e:
+                self.log.warning("tier busy; revoking again later", dataset=key, error=str(e))
+                await asyncio.sleep(e.retry_after)
+        await self._put(status.evolve(
+            phase=Phase.FAILED, reason="path-not-allowed", cached_bytes=0, files_cached=0,
+            message=f"{why}; the hydrator's rules changed since it was cached, so its "
+                    f"{freed} cached bytes were released"))
+        self._revoking.discard(key)
 
     async def _status(self, key: str) -> DatasetStatus | None:
         assert self.kv is not None
