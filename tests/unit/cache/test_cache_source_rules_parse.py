@@ -40,6 +40,20 @@ def test_a_source_is_allowed_only_by_a_rule_for_its_namespace(namespace, uri, ok
     assert allowed(SourceRules.parse(RULES), namespace, uri) is ok
 
 
+@pytest.mark.parametrize(("uri", "readers"), [
+    ("s3://data-a/x/1", {"team-a", "team-c"}),
+    ("s3://data-a/y", {"team-a"}),
+    ("s3://shared/b/imgs/train", {"team-b"}),
+    ("s3://public-sets/coco", None),  # every namespace: its chunks are shared by all
+    ("s3://nobody", set()),
+    ("file:///srv/b/x", {"team-b"}),
+])
+def test_the_namespaces_a_source_may_be_cached_for(uri, readers):
+    """Which namespaces share a source's chunk addresses (the hydrator keys them by these)."""
+    rules = SourceRules.parse(RULES + ",team-c=s3://data-a/x")
+    assert rules.readers(uri) == (None if readers is None else frozenset(readers))
+
+
 def test_no_rules_allow_nothing_and_the_refusal_says_what_would(tmp_path):
     with pytest.raises(PathNotAllowedError) as refused:
         SourceRules.parse("").check("team-a", "s3://bucket/x")

@@ -13,7 +13,7 @@ CacheDatasetStatus carries and ``temporary`` says whether retrying can help.
 """
 
 from ._alluxio_tier import AlluxioTier
-from ._chunking import CHUNK_BYTES, chunk_id, content_defined_chunks, fixed_chunks
+from ._chunking import CHUNK_BYTES, chunk_id, content_defined_chunks, fixed_chunks, keyed_chunk_ids
 from ._directory_tier import DirectoryTier
 from ._errors import (
     AccessDeniedError,
@@ -72,6 +72,7 @@ __all__ = [
     "TierUnavailableError",
     "TierUsage",
     "chunk_id",
+    "keyed_chunk_ids",
     "connect",
     "content_defined_chunks",
     "dataset_environment",

@@ -18,8 +18,9 @@ a Redis Cluster.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 CHUNK_BYTES = 1 << 20
 
@@ -27,6 +28,16 @@ CHUNK_BYTES = 1 << 20
 def chunk_id(data: bytes) -> str:
     """The address of a chunk: the SHA-256 of its bytes, in hex."""
     return hashlib.sha256(data).hexdigest()
+
+
+def keyed_chunk_ids(key: bytes) -> Callable[[bytes], str]:
+    """Chunk addresses under a secret ``key``: the HMAC-SHA256 of the bytes, in hex (the same
+    form as :func:`chunk_id`). Whoever lacks the key cannot compute the address of content
+    they guess, so cannot ask the tier whether someone cached it; chunks are shared only
+    between data sets stored under the same key."""
+    def keyed(data: bytes) -> str:
+        return hmac.new(key, data, hashlib.sha256).hexdigest()
+    return keyed
 
 
 def fixed_chunks(data: bytes, size: int = CHUNK_BYTES) -> Iterator[bytes]:

@@ -14,6 +14,7 @@ all. Repeating a file (after a crash) changes nothing twice.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._chunking import CHUNK_BYTES, chunk_id
@@ -78,11 +79,13 @@ class StoreResult:
 
 
 def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, budget: Budget,
-               *, chunk_bytes: int = CHUNK_BYTES, data: bytes | None = None) -> StoreResult:
+               *, chunk_bytes: int = CHUNK_BYTES, data: bytes | None = None,
+               address: Callable[[bytes], str] = chunk_id) -> StoreResult:
     """Store ``file`` in ``tier`` for ``dataset`` and list it in the manifest.
 
     ``data``: the whole file, already read from ``source`` at the listed version (a reader's
-    miss), so it is not read a second time."""
+    miss), so it is not read a second time. ``address``: a chunk's id from its bytes (the
+    SHA-256, or keyed: :func:`keyed_chunk_ids`)."""
     if data is not None and len(data) != file.size:
         raise ValueError(f"{file.path}: {len(data)} bytes given, {file.size} listed")
     small = 0 < file.size <= SEND_WITHOUT_ASKING
@@ -90,14 +93,14 @@ def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, 
         if data is None:
             data = source.read(file, 0, file.size)
         if budget.try_reserve(file.size):
-            return _store_whole(tier, dataset, file, budget, chunk_bytes, data)
+            return _store_whole(tier, dataset, file, budget, chunk_bytes, data, address)
         # No room: as below, a chunk stored already is referenced, the rest refused.
     chunks: list[str] = []
     new_bytes = 0
     for start in range(0, file.size, chunk_bytes):
         end = min(file.size, start + chunk_bytes)
         piece = data[start:end] if data is not None else source.read(file, start, end)
-        cid = chunk_id(piece)
+        cid = address(piece)
         if not small and len(piece) <= SEND_WITHOUT_ASKING and budget.try_reserve(len(piece)):
             if tier.put_chunk(dataset, cid, piece):
                 new_bytes += len(piece)
@@ -116,12 +119,12 @@ def store_file(tier: CacheTier, dataset: str, source: Source, file: SourceFile, 
 
 
 def _store_whole(tier: CacheTier, dataset: str, file: SourceFile, budget: Budget, chunk_bytes: int,
-                 data: bytes) -> StoreResult:
+                 data: bytes, address: Callable[[bytes], str]) -> StoreResult:
     """A small file, read whole and its size reserved: its chunks and its entry in one tier
     call (one round trip on Redis instead of three); the bytes of pieces found stored already
     are given back."""
     pieces = [data[start:start + chunk_bytes] for start in range(0, file.size, chunk_bytes)]
-    entry = FileEntry(file.path, file.size, file.version, tuple(map(chunk_id, pieces)), chunk_bytes)
+    entry = FileEntry(file.path, file.size, file.version, tuple(map(address, pieces)), chunk_bytes)
     new = tier.put_file(dataset, entry, pieces)
     new_bytes = sum(len(piece) for piece, stored in zip(pieces, new, strict=True) if stored)
     budget.give_back(file.size - new_bytes)

@@ -28,6 +28,7 @@ from alnair_dataset import (
     Source,
     SourceFile,
     TierUnavailableError,
+    chunk_id,
     gib,
     store_file,
 )
@@ -54,8 +55,9 @@ class Hydration:
                  source: Callable[[], Source], publish: Publish, *,
                  status_interval: float = 0.5, tier_retry: float = 2.0,
                  bytes_per_second: int = 0, make_room: MakeRoom = no_room,
-                 threads: int = 4) -> None:
+                 threads: int = 4, address: Callable[[bytes], str] = chunk_id) -> None:
         self.status = status
+        self._address = address  # a chunk's id from its bytes (store_file)
         self._tier = tier
         self._source = source
         self._publish = publish
@@ -119,7 +121,8 @@ class Hydration:
                     return
                 try:
                     stored = await self._retrying(
-                        lambda file=file: store_file(tier, key, source, file, budget),
+                        lambda file=file: store_file(tier, key, source, file, budget,
+                                                     address=self._address),
                         f"storing {file.path}")
                 except CapacityError as e:
                     raise CapacityError(

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
+from collections.abc import Callable
 from typing import Any
 
 from alnair.v1 import cache_pb2, workload_pb2
@@ -26,7 +29,17 @@ from alnair_common import (
     TypedKV,
     subjects,
 )
-from alnair_dataset import CacheTier, DatasetError, PathNotAllowedError, Source, gib, open_source, open_tier
+from alnair_dataset import (
+    CacheTier,
+    DatasetError,
+    PathNotAllowedError,
+    Source,
+    chunk_id,
+    gib,
+    keyed_chunk_ids,
+    open_source,
+    open_tier,
+)
 
 from ._domain import (
     AddRequest,
@@ -218,6 +231,26 @@ class CacheHydratorService(Service):
         return open_source(spec.source, include=spec.include, exclude=spec.exclude,
                            s3_options=options)
 
+    def _chunk_addresses(self, spec: DatasetSpec) -> Callable[[bytes], str]:
+        """How a data set's chunks are addressed. A namespace's read-only tier user (what its
+        pods read with) may GET any chunk by address, and an address that is the plain
+        SHA-256 of the bytes lets it confirm whether anyone cached content it can guess (a
+        file of few possible values). So the chunks of a source that rules allow only some
+        namespaces to cache are addressed under a key of those namespaces, derived from the
+        reader key: deduplicated among them, unguessable to the others. Plain SHA-256, shared
+        by every data set, where any tenant may cache the source anyway (a rule for every
+        namespace allows it), in local mode (no namespace), and where no pod reads the tier
+        (no reader key)."""
+        key = self.settings.cache_reader_key.get_secret_value()
+        try:
+            readers = self.source_rules.readers(spec.source) if spec.namespace else None
+        except DatasetError:
+            return chunk_id  # a malformed source: the hydration refuses it when it opens it
+        if not key or readers is None:
+            return chunk_id
+        domain = "chunks:" + ",".join(sorted(readers | {spec.namespace}))
+        return keyed_chunk_ids(hmac.new(key.encode(), domain.encode(), hashlib.sha256).digest())
+
     def _start(self, status: DatasetStatus) -> None:
         key = status.spec.key
         hydration = Hydration(status, self.tier, lambda: self.source(status.spec), self._put,
@@ -225,7 +258,8 @@ class CacheHydratorService(Service):
                               tier_retry=self.settings.cache_tier_retry_seconds,
                               bytes_per_second=self.settings.cache_hydrate_bytes_per_second,
                               make_room=self._make_room,
-                              threads=self.settings.cache_hydrate_threads)
+                              threads=self.settings.cache_hydrate_threads,
+                              address=self._chunk_addresses(status.spec))
         task = asyncio.create_task(self._hydrate(key, hydration), name=f"hydrate:{key}")
         self.jobs[key] = (hydration, task)
 

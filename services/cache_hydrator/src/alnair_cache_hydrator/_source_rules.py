@@ -66,24 +66,29 @@ class SourceRules:
             rules.append(SourceRule(None, "file", "", _segments(root)))
         return cls(rules)
 
-    def check(self, namespace: str, uri: str) -> None:
+    def _allowing(self, uri: str) -> list[SourceRule]:
+        """The rules that allow ``uri``, for whichever namespaces they name."""
         parsed = urlparse(uri)
-        applicable = [r for r in self.rules if r.applies_to(namespace)]
         if parsed.scheme == "s3":
             segments = _s3_segments(uri, parsed.path)
-            if any(r.scheme == "s3" and r.bucket in ("", parsed.netloc)
-                   and segments[:len(r.path)] == r.path for r in applicable):
-                return
-        elif parsed.scheme == "file":
+            return [r for r in self.rules if r.scheme == "s3" and r.bucket in ("", parsed.netloc)
+                    and segments[:len(r.path)] == r.path]
+        if parsed.scheme == "file":
             real = Path(os.path.realpath(unquote(parsed.path)))
-            for r in applicable:
-                if r.scheme == "file":
-                    root = Path(os.path.realpath("/" + "/".join(r.path)))
-                    if real == root or root in real.parents:
-                        return
-            uri = f"{uri} (resolved: {real})" if str(real) != unquote(parsed.path) else uri
-        else:
+            return [r for r in self.rules if r.scheme == "file" and (
+                real == (root := Path(os.path.realpath("/" + "/".join(r.path))))
+                or root in real.parents)]
+        return []
+
+    def check(self, namespace: str, uri: str) -> None:
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("s3", "file") or any(
+                r.applies_to(namespace) for r in self._allowing(uri)):
             return  # open_source refuses other schemes with its own message
+        if parsed.scheme == "file":
+            real = os.path.realpath(unquote(parsed.path))
+            uri = f"{uri} (resolved: {real})" if real != unquote(parsed.path) else uri
+        applicable = [r for r in self.rules if r.applies_to(namespace)]
         whose = f"namespace {namespace!r}" if namespace else "local data sets"
         mine = ", ".join(str(r) for r in applicable) or "none"
         example = "s3://bucket/prefix" if parsed.scheme == "s3" else "file:///directory"
@@ -92,6 +97,15 @@ class SourceRules:
             f"the operator allows more on the cache hydrator with {VARIABLE}="
             f"'{namespace + '=' if namespace else ''}{example}'"
             + ("" if parsed.scheme == "s3" else " or ALNAIR_CACHE_ALLOWED_ROOTS (every namespace)"))
+
+    def readers(self, uri: str) -> frozenset[str] | None:
+        """The namespaces the rules let cache ``uri``; None when a rule for every namespace
+        does (then any tenant may cache it, and its chunks are shared by all: see the
+        service's chunk addresses)."""
+        rules = self._allowing(uri)
+        if any(r.namespace is None for r in rules):
+            return None
+        return frozenset(r.namespace for r in rules if r.namespace is not None)
 
 
 _PROFILE = re.compile(r"^[A-Za-z0-9_.+@-]{1,64}$")
