@@ -3,7 +3,8 @@
 # factors (share ÷ limit) are compared on the same card in the same minutes (run to run they
 # move ~2 %). A is the working tree; B is the same with the files of BEFORE_DIR put over its
 # src/ (e.g. the last commit's versions of the files a change touches, carried in
-# .gpu-carry/). Runs A B B A, each with the interceptor's debug lines (OUT/<run>/KIND.err),
+# .gpu-carry/). Runs A B B A (RUNS="A A" picks others), each with the interceptor's debug
+# lines (OUT/<run>/KIND.err),
 # and packs OUT/ab.tgz after each run (the device tool returns at most 8 files):
 #   KINDS=matmul,graph bash scripts/gpu/compute_ab.sh .gpu-carry/ab-before "$OUT"
 set -u
@@ -19,7 +20,7 @@ make -s -C native/cuda_intercept BUILD_DIR="$work/A" lib tests > "$work/build.lo
   { cat "$work/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader > "$work/device.txt"
 n=0
-for v in A B B A; do
+for v in ${RUNS:-A B B A}; do
   n=$((n + 1))
   timeout 200 python3 scripts/gpu/issue19_h200.py --lib "$work/$v/libalnair_cuda.so" \
     --testlib "$work/$v/testlib/libalnair_cuda.so" --trusted "$work/$v/trusted" \

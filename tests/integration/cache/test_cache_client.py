@@ -122,7 +122,7 @@ def test_a_chunk_file_cut_short_in_the_directory_tier_is_read_from_the_source(tm
 def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, data, monkeypatch):
     """read_many (what a DataLoader batch calls): every file equal to the source when a
     chunk of one was lost, when the batch takes several tier requests (each at most
-    BATCH_BYTES of chunks: one 16 MB pipeline read slower than four of 4 MB), and once the
+    BATCH_BYTES of chunks: one 16 MB pipeline read slower than 32 of 512 KB), and once the
     server is gone."""
     root, files = data
     node = redis_node()

@@ -62,11 +62,12 @@ WRITE_BACK_QUEUE_BYTES = 256 << 20
 RECHECK_SECONDS = 1.0
 
 # A read asks the tier for at most about this many bytes of chunks at once, one request
-# after the other: one Redis pipeline's replies are held in memory until the last one
-# arrives, and a DataLoader batch of 256 samples of 62 KB read 25-35 % faster as four
-# pipelines of 4 MB in turn than as one of 16 MB, or as four at once on threads
-# (scripts/gpu/redis_paths.py, docs/benchmarks.md).
-BATCH_BYTES = 4 << 20
+# after the other. One Redis pipeline's replies pile up in the server's and the client's
+# buffers until the last one is read: with eight DataLoader workers on a 16-core host, a
+# batch of 256 samples of 62 KB came 2.7x faster as 32 pipelines of 8 samples than as one of
+# 256 (one GET a sample: 2.9x), and on 2 cores with one or two readers 8 a pipeline was within
+# 20-30 % of the best size there (scripts/gpu/redis_paths.py, docs/benchmarks.md).
+BATCH_BYTES = 512 << 10
 
 
 def dataset_variable(name: str, suffix: str) -> str:
