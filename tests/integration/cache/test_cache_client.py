@@ -14,7 +14,7 @@ import fsspec
 import pytest
 from cache_support import MIB, hydrate_directly, upload, write_dataset
 
-from alnair_dataset import CachedSamples, DatasetReader, _reader, loader_options, open_tier
+from alnair_dataset import CachedSamples, DatasetReader, loader_options, open_tier
 from alnair_dataset._redis_tier import RedisTier
 
 
@@ -122,13 +122,13 @@ def test_a_chunk_file_cut_short_in_the_directory_tier_is_read_from_the_source(tm
 def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, data, monkeypatch):
     """read_many (what a DataLoader batch calls): every file equal to the source when a
     chunk of one was lost, when the batch takes several tier requests (each at most
-    BATCH_BYTES of chunks: one 16 MB pipeline read slower than 32 of 512 KB), and once the
+    the tier's request_bytes of chunks: one 16 MB pipeline read slower than 32 of 512 KB), and once the
     server is gone."""
     root, files = data
     node = redis_node()
     tier = tier_of(node.url)
     hydrate_directly(tier, "ds", f"file://{root}")
-    monkeypatch.setattr(_reader, "BATCH_BYTES", 3 * MIB)  # the 1 MiB files: several requests
+    monkeypatch.setattr(RedisTier, "request_bytes", 3 * MIB)  # 1 MiB chunks: 3 a request
     requests: list[int] = []  # bytes each tier request returned
     get_chunks = RedisTier.get_chunks
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -60,14 +61,6 @@ ENV_NAMESPACE = "ALNAIR_DATASET_NAMESPACE"
 WRITE_BACK_THREADS = 2
 WRITE_BACK_QUEUE_BYTES = 256 << 20
 RECHECK_SECONDS = 1.0
-
-# A read asks the tier for at most about this many bytes of chunks at once, one request
-# after the other. One Redis pipeline's replies pile up in the server's and the client's
-# buffers until the last one is read: with eight DataLoader workers on a 16-core host, a
-# batch of 256 samples of 62 KB came 2.7x faster as 32 pipelines of 8 samples than as one of
-# 256 (one GET a sample: 2.9x), and on 2 cores with one or two readers 8 a pipeline was within
-# 20-30 % of the best size there (scripts/gpu/redis_paths.py, docs/benchmarks.md).
-BATCH_BYTES = 512 << 10
 
 
 def dataset_variable(name: str, suffix: str) -> str:
@@ -244,7 +237,7 @@ class DatasetReader:
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         """Whole files, in the order given: the chunks of every file the tier has are asked
-        for together (on Redis one pipeline per :data:`BATCH_BYTES`, in turn, where one read
+        for together (on Redis pipelines of 512 KB in turn, where one read
         per file is one round trip each: a DataLoader batch of 256 small samples, 256 round
         trips), and the rest is read from the source, the misses on the reader's threads."""
         files = [self.file(p) for p in paths]
@@ -292,14 +285,14 @@ class DatasetReader:
     def _from_tier(self, files: list[SourceFile], start: int = 0,
                    end: int | None = None) -> list[bytes | None]:
         """Bytes ``start``..``end`` (None: each file's end) of each file the tier holds whole
-        and current, their chunks asked for :data:`BATCH_BYTES` a request; None for the
-        others."""
+        and current, their chunks asked for in requests of at most the tier's
+        ``request_bytes``; None for the others."""
         out: list[bytes | None] = [None] * len(files)
         if self.tier is None or time.monotonic() < self._down_until:
             return out
         wanted: list[tuple[int, FileEntry, range, int]] = []  # file, entry, chunks, its end
-        requests: list[list[str]] = [[]]  # chunk ids, about BATCH_BYTES a request
-        held = 0
+        requests: list[list[str]] = [[]]  # chunk ids, at most the tier's request_bytes each
+        held, limit = 0, self.tier.request_bytes or sys.maxsize
         try:
             reading: list[tuple[int, int]] = []  # file, its end
             for i, file in enumerate(files):
@@ -318,7 +311,7 @@ class DatasetReader:
                 wanted.append((i, entry, span, stop))
                 for c in span:
                     size = min((c + 1) * entry.chunk_bytes, entry.size) - c * entry.chunk_bytes
-                    if requests[-1] and held + size > BATCH_BYTES:
+                    if requests[-1] and held + size > limit:
                         requests.append([])
                         held = 0
                     requests[-1].append(entry.chunks[c])

@@ -48,6 +48,9 @@ class CacheTier(Protocol):
     tiers subclass it for its one default method, :meth:`put_file`."""
 
     name: str
+    # At most this many bytes of chunks in one get_chunks call, the calls one after the
+    # other (0: no limit, the tier spreads a large request over its servers itself).
+    request_bytes: int = 0
 
     def usage(self) -> TierUsage: ...
 
