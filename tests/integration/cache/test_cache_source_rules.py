@@ -8,6 +8,7 @@ import pytest
 from cache_support import upload, write_dataset
 from hydrator_support import PHASE, add, running, settings, settled, spec, status
 
+from alnair.v1 import cache_pb2
 from alnair_dataset import open_tier
 
 
@@ -140,7 +141,7 @@ async def test_narrowed_rules_release_what_a_namespace_may_no_longer_cache(
         revoked = await settled(bus, "team-a.imgs", st_a_request := (await status(bus, "team-a.imgs")).request_id,
                                 phases=(PHASE.CACHE_PHASE_FAILED,))
         assert revoked.reason == "path-not-allowed" and revoked.cached_bytes == 0, revoked.message
-        assert f"rules changed since it was cached, so its {size_a} cached bytes were released" in revoked.message
+        assert f"cached under earlier rules, so its {size_a} cached bytes were released" in revoked.message
         assert not tier.manifest("team-a.imgs") and not tier.meta("team-a.imgs")
         assert stored(tier_url) == size_b  # team-b's data set is still there, and ready
         assert (await status(bus, "team-b.imgs")).phase == PHASE.CACHE_PHASE_READY
@@ -148,3 +149,26 @@ async def test_narrowed_rules_release_what_a_namespace_may_no_longer_cache(
             bus, spec("imgs", f"s3://{bucket_a}/imgs", namespace="team-a")))
         assert (again.phase, again.reason) == (PHASE.CACHE_PHASE_FAILED, "path-not-allowed")
         assert again.request_id != st_a_request and stored(tier_url) == size_b
+
+
+async def test_a_recorded_source_now_refused_as_malformed_fails_and_the_service_runs_on(
+        bus, nats_server, redis_node, s3_server, s3_keys, tmp_path):
+    """A data set an older version recorded with a source these rules refuse as malformed
+    (an S3 prefix with a '..' segment) fails with the reason at start, instead of stopping the
+    service; requests are served."""
+    from alnair_common import TypedKV
+
+    bucket = s3_server.make_bucket()
+    kv = await TypedKV.open(bus, "cache_datasets", cache_pb2.CacheDatasetStatus)
+    await kv.put("team-a.old", cache_pb2.CacheDatasetStatus(
+        spec=spec("old", f"s3://{bucket}/a/../b", namespace="team-a"), request_id="r-old",
+        phase=PHASE.CACHE_PHASE_READY, cached_bytes=10, files_cached=1))
+    s = settings(nats_server.url, redis_node().url, tmp_path, cache_s3_endpoint_url=s3_server.endpoint,
+                 cache_allowed_sources=f"team-a=s3://{bucket}")
+    async with running(s):
+        old = await settled(bus, "team-a.old", "r-old", phases=(PHASE.CACHE_PHASE_FAILED,))
+        assert old.reason == "invalid-spec" and "'..' segment" in old.message, old.message
+        upload(s3_server.client(), bucket, "imgs", write_dataset(tmp_path / "gen", files=1, size=1000))
+        new = await settled(bus, "team-a.imgs", await add(
+            bus, spec("imgs", f"s3://{bucket}/imgs", namespace="team-a")))
+        assert new.phase == PHASE.CACHE_PHASE_READY, new.message

@@ -32,6 +32,7 @@ from alnair_common import (
 from alnair_dataset import (
     CacheTier,
     DatasetError,
+    InvalidSpecError,
     PathNotAllowedError,
     Source,
     chunk_id,
@@ -60,6 +61,7 @@ from ._workload_readers import WorkloadReaders
 
 BUCKET = subjects.CACHE_DATASETS_BUCKET
 ACTIVE = (Phase.PENDING, Phase.HYDRATING)
+REFUSED = (PathNotAllowedError.reason, InvalidSpecError.reason)  # by the rules
 CATCH_UP_SECONDS = 30.0
 
 
@@ -316,25 +318,26 @@ class CacheHydratorService(Service):
 
     # -- state ------------------------------------------------------------------------------
 
-    def _disallowed(self, status: DatasetStatus) -> str | None:
+    def _disallowed(self, status: DatasetStatus) -> DatasetError | None:
         """Why a recorded data set's source is outside the rules this hydrator started with
-        (the operator narrowed them); None when allowed, or when nothing of it is cached."""
-        if status.phase is Phase.REMOVED or (status.reason == "path-not-allowed"
-                                             and not status.cached_bytes):
+        (the operator narrowed them, or a source recorded by an older version is now
+        refused as malformed); None when allowed, or when nothing of it is cached."""
+        if status.phase is Phase.REMOVED or (status.phase is Phase.FAILED
+                                             and status.reason in REFUSED and not status.cached_bytes):
             return None
         try:
             self.source_rules.check(status.spec.namespace, status.spec.source)
-        except PathNotAllowedError as e:
-            return str(e)
+        except (PathNotAllowedError, InvalidSpecError) as e:
+            return e
         return None
 
-    async def _revoke(self, status: DatasetStatus, why: str) -> None:
+    async def _revoke(self, status: DatasetStatus, why: DatasetError) -> None:
         """A data set whose source the rules no longer allow: what it cached is released (its
         readers then go to the source, with their own rights) and it fails with the reason. A
         tier that is down is asked again until it answers: the revocation is not dropped."""
         key = status.spec.key
         self.log.warning("source no longer allowed: releasing the data set", dataset=key,
-                         source=status.spec.source)
+                         source=status.spec.source, reason=why.reason)
         while True:
             try:
                 freed = await self._release(key, status.spec.name)
@@ -343,9 +346,9 @@ class CacheHydratorService(Service):
                 self.log.warning("tier busy; revoking again later", dataset=key, error=str(e))
                 await asyncio.sleep(e.retry_after)
         await self._put(status.evolve(
-            phase=Phase.FAILED, reason="path-not-allowed", cached_bytes=0, files_cached=0,
-            message=f"{why}; the hydrator's rules changed since it was cached, so its "
-                    f"{freed} cached bytes were released"))
+            phase=Phase.FAILED, reason=why.reason, cached_bytes=0, files_cached=0,
+            message=f"{why}; it was cached under earlier rules, so its {freed} cached bytes "
+                    "were released"))
         self._revoking.discard(key)
 
     async def _status(self, key: str) -> DatasetStatus | None:
