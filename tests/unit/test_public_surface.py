@@ -69,7 +69,7 @@ PUBLIC: dict[str, list[str]] = {
         "SourceFile", "SourceUnreachableError", "StoreResult", "TierPermissionError",
         "TierUnavailableError", "TierUsage",
         "chunk_id", "connect", "content_defined_chunks", "dataset_environment", "dataset_variable",
-        "fixed_chunks", "gib", "is_mounted", "loader_options", "mount",
+        "fixed_chunks", "gib", "is_mounted", "keyed_chunk_ids", "loader_options", "mount",
         "open_source", "open_tier", "selected", "spawn_mount", "store_file", "unmount"
     ],
     "alnair_admission_webhook": [

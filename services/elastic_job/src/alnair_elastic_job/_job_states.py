@@ -69,7 +69,7 @@ TABLE: dict[Phase, PhaseInfo] = {
         "target lowered to minReplicas and retried once; at minReplicas Failed (SchedulingTimeout)"),
     Phase.RUNNING: PhaseInfo(
         "training with a world size within minReplicas..maxReplicas",
-        ("worker-exited", "workers-placed", "capacity", "scale", *_ALWAYS),
+        ("worker-exited", "workers-placed", "worker-refused", "capacity", "scale", *_ALWAYS),
         "none for a job that reports no steps; for one that does, 2× its slowest recent step "
         f"(at least {STALL_FLOOR_SECONDS:.0f} s) without a step; once a worker exited 0 "
         "(Completing) spec.deadlines.rendezvousTimeoutSeconds",
