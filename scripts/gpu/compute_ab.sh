@@ -7,6 +7,9 @@
 # lines (OUT/<run>/KIND.err),
 # and packs OUT/ab.tgz after each run (the device tool returns at most 8 files):
 #   KINDS=matmul,graph bash scripts/gpu/compute_ab.sh .gpu-carry/ab-before "$OUT"
+# .gpu-carry/ is not in git; the flat-out-mark A/B of e16f7f9 made its B from the parent:
+#   mkdir -p .gpu-carry/ab-before && for f in ci_flatout.c ci_monitor.c ci_compute_metering.h; do
+#     git show e16f7f9~1:native/cuda_intercept/src/$f > .gpu-carry/ab-before/$f; done
 set -u
 before=${1:?usage: compute_ab.sh BEFORE_DIR OUT_DIR}
 dest=${2:?usage: compute_ab.sh BEFORE_DIR OUT_DIR}
