@@ -18,6 +18,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +29,16 @@ from cache_support import MIB, hydrate_directly, write_dataset
 from alnair_dataset import MountError, is_mounted, open_tier, spawn_mount, unmount
 
 MOUNT = [sys.executable, "-c", "import sys; from alnair_dataset import _mount; sys.exit(_mount.main())"]
+
+
+@pytest.fixture(autouse=True)
+def own_temp_dir(tmp_path, monkeypatch):
+    """A background mount logs to the temporary directory (alnair-mount-<path>.log, kept after
+    its unmount, as a daemon's log is): this module's go to the test's own, not to /tmp."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
 
 
 @pytest.fixture(params=["redis", "directory"])
