@@ -20,12 +20,12 @@
  * over the last ~3 s of windows. Monitor thread only.
  *
  * Flat-out windows only, once there has been one: a workload that fills the card is 100 %
- * of it in every window, but NVML reads such a loop below CI_MONITOR_FULL_LOAD in some
- * (it synchronises between steps; an H100's 4096^2 matmul loop averaged 98 %), and a window
- * counted at NVML's figure there credits the card with less time than the tokens took, so
- * the mark came out fast by however many such windows a run happened to have (1.005 to
- * 1.027 x every limit over three runs of one command). A workload never seen flat out
- * learns from NVML's share, as before.
+ * of it in every window, but NVML may read it below CI_MONITOR_FULL_LOAD in some — above all
+ * a process's first window, before NVML has seen the load (an H100 read 1 % busy while the
+ * matmul loop had already spent a burst of tokens). Counted at NVML's figure, such a window
+ * credits the card with less time than its tokens took, so the mark came out fast by
+ * however many tokens it had (1.005 to 1.030 x every limit, a different factor each run).
+ * A workload never seen flat out learns from NVML's share, as before.
  */
 #include "ci_compute_metering.h"
 

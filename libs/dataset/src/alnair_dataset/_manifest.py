@@ -36,3 +36,8 @@ class FileEntry:
         if end <= start:
             return range(0)
         return range(start // self.chunk_bytes, (end - 1) // self.chunk_bytes + 1)
+
+    def span_bytes(self, span: range) -> int:
+        """How many bytes the chunks ``span`` (consecutive indexes) hold (the last chunk of a
+        file may be short)."""
+        return min(span.stop * self.chunk_bytes, self.size) - span.start * self.chunk_bytes

@@ -237,9 +237,9 @@ class DatasetReader:
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         """Whole files, in the order given: the chunks of every file the tier has are asked
-        for together (on Redis pipelines of 512 KB in turn, where one read
-        per file is one round trip each: a DataLoader batch of 256 small samples, 256 round
-        trips), and the rest is read from the source, the misses on the reader's threads."""
+        for together (on Redis pipelines of 512 KB in turn, where one read per file is one
+        round trip each: a DataLoader batch of 256 small samples, 256 round trips), and the
+        rest is read from the source, the misses on the reader's threads."""
         files = [self.file(p) for p in paths]
         out = self._from_tier(files)
         for data in out:
@@ -310,7 +310,7 @@ class DatasetReader:
                 span = entry.chunk_span(start, stop)
                 wanted.append((i, entry, span, stop))
                 for c in span:
-                    size = min((c + 1) * entry.chunk_bytes, entry.size) - c * entry.chunk_bytes
+                    size = entry.span_bytes(range(c, c + 1))
                     if requests[-1] and held + size > limit:
                         requests.append([])
                         held = 0
@@ -327,7 +327,7 @@ class DatasetReader:
                 continue  # freed or lost since the entry was read: the source has it
             first = span.start * entry.chunk_bytes
             data = b"".join(mine)  # type: ignore[arg-type]
-            if len(data) != min(span.stop * entry.chunk_bytes, entry.size) - first:
+            if len(data) != entry.span_bytes(span):
                 continue  # a chunk cut short (disk trouble, another writer): the source has it
             out[i] = data[start - first:stop - first]  # all of it (read_many): no copy
         return out

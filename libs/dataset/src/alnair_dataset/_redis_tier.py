@@ -207,12 +207,12 @@ def _reachable(what: str) -> Iterator[None]:
 class RedisTier(CacheTier):
     """A :class:`~alnair_dataset.CacheTier` on Redis; safe to share between threads."""
 
+    name = "redis"
     # One pipeline's replies pile up in the server's and the client's buffers until the last
     # is read: with eight DataLoader workers on a 16-core host, a batch of 256 samples of
     # 62 KB came 2.7x faster as 32 pipelines of 8 samples than as one of 256 (one GET a
     # sample: 2.9x); on 2 cores with one or two readers 8 a pipeline was within 20-30 % of
     # the best size there (scripts/gpu/redis_paths.py, docs/benchmarks.md).
-    name = "redis"
     request_bytes = 512 << 10
 
     def __init__(self, client: Any, *, budget_bytes: int, prefix: str = "alnair") -> None:
