@@ -115,6 +115,15 @@ def compute_worker(kind: str) -> None:
                     a @ b
                 return 10
 
+    def pause(phase_start: float) -> float:
+        """"pausing": without a limit, 60 ms idle in every 230 ms (a loop waiting for its
+        data now and then); returns the seconds slept, left out of the rate."""
+        into = (time.perf_counter() - phase_start) % 0.23
+        if kind != "pausing" or limit < 100 or into < 0.17:
+            return 0.0
+        time.sleep(0.23 - into)
+        return 0.23 - into
+
     for _ in range(20):
         step()
     torch.cuda.synchronize()
@@ -122,15 +131,17 @@ def compute_worker(kind: str) -> None:
     for limit in PHASES:
         set_region_limit(ws, limit)
         probe = gpu_clock_later(SETTLE_S + MEASURE_S / 2) if os.environ.get(NO_PROBE) != "1" else None
-        t_end = time.perf_counter() + SETTLE_S
-        while time.perf_counter() < t_end:
+        t_start = time.perf_counter()
+        while time.perf_counter() < t_start + SETTLE_S:
             step()
             torch.cuda.synchronize()
-        n, t0 = 0, time.perf_counter()
+            pause(t_start)
+        n, t0, paused = 0, time.perf_counter(), 0.0
         while time.perf_counter() - t0 < MEASURE_S:
             n += step()
             torch.cuda.synchronize()
-        rate = n / (time.perf_counter() - t0)
+            paused += pause(t_start)
+        rate = n / (time.perf_counter() - t0 - paused)
         clock = probe.communicate()[0].strip() if probe is not None else ""
         phases.append({"limit": limit, "rate": rate, "clock_power": clock, **own_util(ws)})
     print(json.dumps({"phases": phases}))
@@ -288,7 +299,9 @@ def main() -> None:
     ap.add_argument("--trusted", required=True, help="the test library's fixed limits directory")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="compute,memory,container,latency")
-    ap.add_argument("--kinds", default="matmul,graph,small", help="compute: the workloads")
+    ap.add_argument("--kinds", default="matmul,graph,small",
+                    help="compute: the workloads (matmul, graph, small; pausing: the matmul loop "
+                         "idle 60 ms in every 230 ms while unlimited, its rate over the time it ran)")
     ap.add_argument("--debug", action="store_true",
                     help="compute: the interceptor's debug lines of each workload to OUT/KIND.err")
     ap.add_argument("--no-clock-probe", action="store_true",

@@ -288,10 +288,14 @@ FAKE_EXPORT int fakecuda_samples_since(uint64_t last_seen_us, struct fakecuda_sa
 {
     struct gpu_state *g = gpu_get();
     gpu_enter(g);
+    /* FAKENVML_DELAY_MS: a sample is seen this long after its period ended (a real NVML's
+     * samples appear on its own cadence, not when the reader looks) */
+    uint64_t visible_us = unix_us() - env_u64("FAKENVML_DELAY_MS", 0) * 1000;
     int n = 0;
     uint64_t first = g->samples_n > GPU_SAMPLE_RING ? g->samples_n - GPU_SAMPLE_RING : 0;
     for (uint64_t i = first; i < g->samples_n && n < max; i++)
-        if (g->samples[i % GPU_SAMPLE_RING].ts_us > last_seen_us)
+        if (g->samples[i % GPU_SAMPLE_RING].ts_us > last_seen_us &&
+            g->samples[i % GPU_SAMPLE_RING].ts_us <= visible_us)
             out[n++] = g->samples[i % GPU_SAMPLE_RING];
     pthread_mutex_unlock(&g->lock);
     return n;
