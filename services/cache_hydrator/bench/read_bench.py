@@ -32,6 +32,9 @@ which moves less than wall time when other work shares the machine; the servers'
 Both servers run on this machine's loopback and the S3 server's files sit in the page
 cache, so "S3 direct" here is far faster than a real object store over a network: the
 warm/direct ratio measured here is a lower bound of what a remote bucket would show.
+``--s3-link 20,90`` puts a remote store's link between the readers and the S3 server
+(``s3_link.py``: 20 ms a response, 90 MB/s a connection) for S3 direct and the cold
+epochs' misses; the data sets are uploaded and hydrated around it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from pathlib import Path
 
 import boto3
 from botocore.config import Config
+from s3_link import start_link
 
 from alnair_common.natsd import free_port
 from alnair_common.testing.redis_cluster import start_redis_cluster, start_redis_node
@@ -147,6 +151,9 @@ def arguments(doc: str, *, small: int) -> argparse.Namespace:
     parser.add_argument("--small", type=int, default=small, help="16 KiB files")
     parser.add_argument("--shards", type=int, default=8, help="16 MiB shards")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats (median)")
+    parser.add_argument("--s3-link", default="", metavar="MS,MBPS",
+                        help="read S3 through a link of this latency and per-connection bandwidth "
+                             "(s3_link.py; e.g. 20,90); default: loopback")
     return parser.parse_args()
 
 
@@ -186,15 +193,24 @@ def main() -> None:
         s3 = start_s3(testbin, Path(tmp) / "s3")
         redis = start_redis_node(testbin, Path(tmp) / "redis", maxmemory="1gb")
         cluster = start_redis_cluster(testbin, Path(tmp) / "cluster", maxmemory="1gb")
+        link = None
         try:
             bucket = s3.make_bucket()
             client = s3.client()
             for files in sets.values():
                 for key, data in files.items():
                     client.put_object(Bucket=bucket, Key=f"bench/{key}", Body=data)
+            options = s3.client_options()
+            read_options = options  # what S3 direct and the cold epochs' misses read through
+            if args.s3_link:
+                latency_ms, mbps = (int(v) for v in args.s3_link.split(","))
+                link = start_link(options["endpoint_url"], latency_ms, mbps)
+                read_options = {**options, "endpoint_url": link.url}
+                print(f"S3 read through a link of {latency_ms} ms a response, {mbps} MB/s a connection")
+            direct = boto3.session.Session().client(
+                "s3", **read_options, config=Config(max_pool_connections=args.threads + 2))
             print("| data set | way | MB/s | files/s | CPU ms/file | next epoch hits |\n"
                   "|---|---|---|---|---|---|")
-            options = s3.client_options()
             for title, files in sets.items():
                 name = "ds" + str(len(files))
                 prefix = next(iter(files)).split("/")[0]
@@ -231,7 +247,7 @@ def main() -> None:
                     "s3", **{**options, "endpoint_url": gateway_url},
                     config=Config(max_pool_connections=args.threads + 2))
                 ways: dict[str, Read] = {
-                    "S3 direct": lambda p, key=f"bench/{prefix}": client.get_object(
+                    "S3 direct": lambda p, key=f"bench/{prefix}": direct.get_object(
                         Bucket=bucket, Key=f"{key}/{p}")["Body"].read(),
                     "alnair warm": warm.read,
                     f"alnair warm, batches of {BATCH}": Batched(warm.read_many),
@@ -252,7 +268,8 @@ def main() -> None:
                     cold_dbs.flushdb()
                     shutil.rmtree(cold_dir, ignore_errors=True)
                     for tier_name, url in (("Redis", f"{redis.url}/1"), ("directory", f"dir://{cold_dir}")):
-                        read_row, written_row, hit = cold_epoch(tier_name, url, uri, rel, args.threads, options)
+                        read_row, written_row, hit = cold_epoch(tier_name, url, uri, rel, args.threads,
+                                                                read_options)
                         runs.setdefault(read_row[0], []).append(read_row)
                         runs.setdefault(written_row[0], []).append(written_row)
                         hits[read_row[0]] = min(hits.get(read_row[0], 1.0), hit)
@@ -267,7 +284,10 @@ def main() -> None:
                     cpu = sorted(r[3] for r in rows)[len(rows) // 2]
                     hit = f"{hits[label]:.1%}" if label in hits else ""
                     print(f"| {title} | {label} | {mbs:,.0f} | {fps:,.0f} | {cpu * 1e3:.2f} | {hit} |")
+            direct.close()
         finally:
+            if link is not None:
+                link.stop()
             cluster.stop()
             redis.process.stop()
             s3.stop()

@@ -153,6 +153,41 @@ def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, da
         assert reader.stats.misses == 1 + non_empty and reader.stats.tier_errors >= 1
 
 
+def test_a_batch_reads_its_large_files_at_once_and_its_small_ones_together(redis_node, data, monkeypatch):
+    """read_many with files over the tier's request_bytes (512 KB on Redis): each large file
+    is requests of its own, several in flight at once on the reader's threads (one after the
+    other, a batch of eight 16 MiB shards read at 115 MB/s where eight read() calls on
+    threads got 732), while the small files share one request; every byte as the source's."""
+    root, files = data
+    node = redis_node()
+    hydrate_directly(tier_of(node.url), "ds", f"file://{root}")
+    get_chunks = RedisTier.get_chunks
+    lock = threading.Lock()
+    in_flight, most, requests = [0], [0], []  # requests: (chunks asked for, bytes returned)
+
+    def slowed(self: RedisTier, chunks: list[str]) -> list[bytes | None]:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.05)
+        got = get_chunks(self, chunks)
+        with lock:
+            in_flight[0] -= 1
+            requests.append((len(chunks), sum(len(c) for c in got if c is not None)))
+        return got
+
+    monkeypatch.setattr(RedisTier, "get_chunks", slowed)
+    order = random.Random(11).sample(sorted(files), len(files))
+    large = [p for p in files if len(files[p]) > RedisTier.request_bytes]
+    with DatasetReader("ds", tier_url=node.url, prefix="t", write_back=False, threads=4) as reader:
+        assert reader.read_many(order) == [files[p] for p in order]
+        assert reader.stats.misses == 0
+    assert len(large) == 6 and most[0] >= 2, f"large files' requests were never in flight together: {most}"
+    small_bytes = sum(len(files[p]) for p in files if 0 < len(files[p]) <= RedisTier.request_bytes)
+    assert small_bytes in [b for _, b in requests], f"the small files did not share one request: {requests}"
+    assert all(b <= RedisTier.request_bytes or n == 1 for n, b in requests), requests
+
+
 def test_a_batch_asks_for_the_entries_its_reader_lacks_in_one_request(redis_node, data):
     """A reader opened before the files were cached — a DataLoader worker in epoch 2 reading
     what the other workers wrote back in epoch 1 — asks the server for a batch's manifest
