@@ -97,11 +97,13 @@ void ci_gputime_after_fork_child(void);
 struct ci_flatout {
     double card_ns, card_tokens;
     uint64_t windows;
-    bool full; /* learning from flat-out windows only */
+    unsigned outliers; /* windows in a row not taken for lying far from the mark */
+    bool full;         /* learning from flat-out windows only */
 };
 /* A window alone without a limit: `card_ns` of the card's time were the workload's (the
  * window's length flat out, NVML's share of it below), and it spent `tokens`. False when
- * not taken: a window below full load once flat-out ones have been seen. */
+ * not taken: a window below full load once flat-out ones have been seen, or one far off
+ * the mark (a window in which the workload stopped). */
 bool ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens, bool full);
 /* Card ns per sampled ns, given what the samples say a token takes alone
  * (ci_gputime_alone_ns_per_token); clamped to 0.2..2, 0 until enough was seen. */

@@ -26,6 +26,15 @@
  * credits the card with less time than its tokens took, so the mark came out fast by
  * however many tokens it had (1.005 to 1.030 x every limit, a different factor each run).
  * A workload never seen flat out learns from NVML's share, as before.
+ *
+ * Outlying windows neither, once the mark is known: NVML's period and the window do not
+ * line up, so the window in which a workload stops (a pause for data or a checkpoint, its
+ * exit) can read the card flat out for the few tokens it had before stopping (an H100
+ * read a matmul loop's last window at 4.6 x the mark's time per token), while the window
+ * in which it starts again reads below full load and is skipped, so nothing evens them
+ * out. A window more than CI_FLATOUT_BAND off the mark either way is not taken (a
+ * flat-out matmul loop's windows on the H100: 0.95-1.15 x); CI_FLATOUT_NEW_REGIME such
+ * windows in a row are the workload changed, and the mark starts again from them.
  */
 #include "ci_compute_metering.h"
 
@@ -33,6 +42,24 @@
 #define CI_FLATOUT_MIN_WINDOWS 8
 #define CI_FLATOUT_MIN_SCALE 0.2  /* a tiny kernel's timing may be 5x its share */
 #define CI_FLATOUT_MAX_SCALE 2.0
+#define CI_FLATOUT_BAND 1.2       /* a window's ns per token against the mark's */
+#define CI_FLATOUT_NEW_REGIME 8   /* outlying windows in a row: the workload changed */
+
+/* Whether a window's time per token lies so far from the mark that it is not taken. */
+static bool ci_flatout_outlier(struct ci_flatout *f, double card_ns, double tokens)
+{
+    if (f->windows < CI_FLATOUT_MIN_WINDOWS)
+        return false;
+    double ratio = card_ns / tokens / (f->card_ns / f->card_tokens);
+    if (ratio <= CI_FLATOUT_BAND && ratio >= 1.0 / CI_FLATOUT_BAND) {
+        f->outliers = 0;
+        return false;
+    }
+    if (++f->outliers < CI_FLATOUT_NEW_REGIME)
+        return true;
+    *f = (struct ci_flatout){.full = f->full}; /* consistently off: learnt again */
+    return false;
+}
 
 bool ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens, bool full)
 {
@@ -40,6 +67,8 @@ bool ci_flatout_window(struct ci_flatout *f, double card_ns, double tokens, bool
         return false;
     if (full && !f->full)
         *f = (struct ci_flatout){.full = true}; /* what partial windows taught: forgotten */
+    else if (ci_flatout_outlier(f, card_ns, tokens))
+        return false;
     double keep = 1.0 - 1.0 / CI_FLATOUT_WEIGHT;
     f->card_ns = f->card_ns * keep + card_ns;
     f->card_tokens = f->card_tokens * keep + tokens;

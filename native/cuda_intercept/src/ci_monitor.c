@@ -99,7 +99,7 @@ struct ci_monitor_dev {
     bool full_load; /* ... alone at full load (keys learn their full-load speed) */
     bool seen_full; /* it was once alone at full load without a limit */
     bool colocated; /* NVML's last samples named another process busy on the card */
-    uint64_t nvml_period_ns; /* the time between NVML's samples (ci_monitor_nvml_window) */
+    uint64_t verdict_ns; /* when NVML's samples last said */
     struct ci_flatout flatout;
     double scale;   /* card ns per sampled work ns (ci_flatout_scale); 0: not known */
     struct ci_pace pace; /* tokens/s alone without a limit (ci_pace.c) */
@@ -229,35 +229,6 @@ static double ci_monitor_ns_per_token(const struct ci_monitor_dev *m, uint64_t n
     double ns = (double)(b->gputime.work_ns - a->gputime.work_ns) /
                 (double)(b->gputime.cost - a->gputime.cost);
     return m->scale > 0.0 ? ns * m->scale : ns;
-}
-
-/* The monotonic time of NVML's wall-clock sample timestamp `us`. */
-static uint64_t ci_monitor_nvml_mono(uint64_t us, uint64_t now)
-{
-    int64_t offset = (int64_t)ci_clock_unix_ns() - (int64_t)now;
-    return (uint64_t)((int64_t)us * 1000 - offset);
-}
-
-/* The time NVML's samples newer than `prev_us` cover, as [*t0, *t1] on the monotonic clock:
- * from the previous sample's timestamp to the newest's, not the monitor's own times (it
- * sees a sample up to a control period after the sample's period ended, and a window
- * shifted so reads the card flat out for one in which the workload stopped: a loop that
- * pauses then had its limits held ~30 % low on the fake driver, an H100 read a process's
- * last window at 4.6 x the time per token). False where that is not one period of NVML's:
- * the first samples, or samples after a stretch without any (their period is the spacing
- * of its samples, the shortest seen lately). */
-static bool ci_monitor_nvml_window(struct ci_monitor_dev *m, uint64_t prev_us, uint64_t now,
-                                   uint64_t *t0, uint64_t *t1)
-{
-    uint64_t spacing = (m->last_seen_us - prev_us) * 1000;
-    uint64_t period = m->nvml_period_ns + m->nvml_period_ns / 50; /* forgets a short one */
-    m->nvml_period_ns = m->nvml_period_ns == 0 || spacing < period ? spacing : period;
-    /* the history's points inside it: the first tick after its start, the last before
-     * its end (a tick of the period before, where the workload may have been resuming,
-     * made the mark 3 % fast on the fake driver) */
-    *t0 = ci_monitor_nvml_mono(prev_us, now) + CI_MONITOR_TICK_NS;
-    *t1 = ci_monitor_nvml_mono(m->last_seen_us, now);
-    return spacing <= m->nvml_period_ns + m->nvml_period_ns / 2 && *t1 <= now;
 }
 
 /* Feeds the window [t0, t1], at both ends of which NVML saw the workload alone without a
@@ -398,9 +369,9 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
                           : m->full_load ? CI_MONITOR_ALONE_FULL : CI_MONITOR_ALONE_PARTLY;
         m->seen_full |= m->full_load;
         ci_gputime_set_load(dev, alone, m->full_load);
-        uint64_t t0, t1;
-        if (ci_monitor_nvml_window(m, prev_us, now, &t0, &t1) && alone && was == m->alone)
-            ci_monitor_calibrate(m, dev, t0, t1, m->full_load ? 100.0 : util);
+        if (alone && was == m->alone)
+            ci_monitor_calibrate(m, dev, m->verdict_ns, now, m->full_load ? 100.0 : util);
+        m->verdict_ns = now;
         if (alone)
             ci_monitor_learn_pace(m, now);
         ci_debug("dev %d: device %.0f%% busy, %d samples of others: full load %d", dev, device,
@@ -428,8 +399,9 @@ static void ci_monitor_control(struct ci_monitor_dev *m, int dev, bool nvml_ok, 
     /* NVML timestamps are wall-clock microseconds; the history is monotonic. The
      * window is capped so that a long quiet stretch before the first samples
      * does not dilute the consumption the samples are compared with. */
-    uint64_t t1 = ci_monitor_nvml_mono(m->last_seen_us, now);
-    uint64_t t0 = ci_monitor_nvml_mono(prev_us, now);
+    int64_t offset = (int64_t)ci_clock_unix_ns() - (int64_t)now;
+    uint64_t t1 = (uint64_t)((int64_t)m->last_seen_us * 1000 - offset);
+    uint64_t t0 = (uint64_t)((int64_t)prev_us * 1000 - offset);
     if (t1 > CI_MONITOR_MAX_WINDOW_NS && t0 < t1 - CI_MONITOR_MAX_WINDOW_NS)
         t0 = t1 - CI_MONITOR_MAX_WINDOW_NS;
     if (n == -2 && starving) {

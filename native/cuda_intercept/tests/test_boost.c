@@ -35,12 +35,14 @@
  * synchronised between steps, averaged 98 %): the mark is learnt from the flat-out windows,
  * not from NVML's figure in the dips, which credits the card with less time than the
  * workload's tokens took (a 90 % limit then gave ~95 %).
- * "pauses": as "noisy"'s 4 s free run, the workload stopping for 60 ms in every 230 ms (a
- * loop that waits for its data now and then), on a card whose NVML samples are seen 30 ms
- * after their period (FAKENVML_DELAY_MS=30): the flat-out mark is learnt over the periods
- * NVML's samples cover, not over the monitor's windows between seeing them, which lag a
- * period behind and read the card flat out for windows in which the workload stopped
- * (they held a 90 % limit at 64 %; an H100 read a process's last window at 4.6 x).
+ * "pauses": as "noisy"'s 4 s free run, the workload running flat out for 1.5 s and then
+ * stopping for 60 ms in every 230 ms (a loop that has begun to wait for its data, a
+ * checkpoint), on a card whose NVML samples are seen 30 ms after their period
+ * (FAKENVML_DELAY_MS=30): the monitor's window, a period behind the sample it is judged
+ * by, reads the card flat out for windows in which the workload stopped (as an H100 read
+ * a process's last window at 4.6 x the mark's time per token), and the window in which
+ * it resumes reads below full load and is skipped; windows that far off the mark are not
+ * taken (taken, they held a 90 % limit at 79.6 %, 50 % at 44.2 %).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -119,7 +121,7 @@ int main(int argc, char **argv)
         }
         step(graph);
         uint64_t into = (uint64_t)((ct_now_s() - start) * 1e9) % 230000000ull;
-        if (pauses && !limited && into >= 170000000ull)
+        if (pauses && !limited && ct_now_s() - start >= 1.5 && into >= 170000000ull)
             fakecuda_clock_sleep_ns(230000000ull - into);
     }
     double secs = ct_now_s() - t0;
