@@ -154,10 +154,11 @@ def test_a_batch_reads_hits_together_and_the_rest_from_the_source(redis_node, da
 
 
 def test_a_batch_reads_its_large_files_at_once_and_its_small_ones_together(redis_node, data, monkeypatch):
-    """read_many with files over the tier's request_bytes (512 KB on Redis): each large file
-    is requests of its own, several in flight at once on the reader's threads (one after the
-    other, a batch of eight 16 MiB shards read at 115 MB/s where eight read() calls on
-    threads got 732), while the small files share one request; every byte as the source's."""
+    """read_many with files over the tier's request_bytes (512 KB on Redis): the large files
+    go to up to tier_streams streams on the reader's threads, several requests in flight at
+    once (all in one stream, a batch of eight 16 MiB shards read at 115 MB/s where eight
+    read() calls on threads got 732), while the small files share one request; one stream,
+    one request at a time; every byte as the source's."""
     root, files = data
     node = redis_node()
     hydrate_directly(tier_of(node.url), "ds", f"file://{root}")
@@ -183,6 +184,11 @@ def test_a_batch_reads_its_large_files_at_once_and_its_small_ones_together(redis
         assert reader.read_many(order) == [files[p] for p in order]
         assert reader.stats.misses == 0
     assert len(large) == 6 and most[0] >= 2, f"large files' requests were never in flight together: {most}"
+    assert most[0] <= 4, f"{most[0]} requests in flight, over the reader's 4 tier streams"
+    most[0] = 0  # one stream (a DataLoader worker beside seven others): one request at a time
+    with DatasetReader("ds", tier_url=node.url, prefix="t", write_back=False, tier_streams=1) as reader:
+        assert reader.read_many(order) == [files[p] for p in order]
+    assert most[0] == 1, f"{most[0]} requests in flight from a reader of one tier stream"
     small_bytes = sum(len(files[p]) for p in files if 0 < len(files[p]) <= RedisTier.request_bytes)
     assert small_bytes in [b for _, b in requests], f"the small files did not share one request: {requests}"
     assert all(b <= RedisTier.request_bytes or n == 1 for n, b in requests), requests

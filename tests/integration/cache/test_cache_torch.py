@@ -48,3 +48,31 @@ def test_a_dataloader_reads_every_sample_equal_to_the_source(tier_url, tmp_path,
     assert first.shape == (len(files[sorted(files)[0]]),)
     assert int(first[:1000].sum()) == sum(files[sorted(files)[0]][:1000])
     tensors.close()
+
+
+class StreamsSeen(CachedSamples):
+    """Sample i is how many tier streams the reader of the process that read it may use."""
+
+    def __getitem__(self, index: int) -> int:
+        return self.reader.tier_streams
+
+
+def test_dataloader_workers_share_the_tier_streams(redis_node, tmp_path):
+    """Each worker's reader gets threads / workers tier streams (eight readers' requests at
+    once were served ~3x slower than one at a time each), a reader outside a DataLoader
+    all its threads, and an explicit setting wins."""
+    write_dataset(tmp_path / "src", files=8, size=1000)
+    url = redis_node().url
+    hydrate_directly(open_tier(url, budget_bytes=1 << 40, prefix="t"), "ds", f"file://{tmp_path}/src")
+
+    def seen(samples: CachedSamples, workers: int) -> set[int]:
+        loader = torch.utils.data.DataLoader(samples, batch_size=None, num_workers=workers)
+        return set(loader)
+
+    assert seen(StreamsSeen("ds", tier_url=url, prefix="t"), 2) == {4}
+    assert seen(StreamsSeen("ds", tier_url=url, prefix="t", threads=6), 2) == {3}
+    assert seen(StreamsSeen("ds", tier_url=url, prefix="t", threads=1), 2) == {1}
+    assert seen(StreamsSeen("ds", tier_url=url, prefix="t", tier_streams=5), 2) == {5}
+    alone = StreamsSeen("ds", tier_url=url, prefix="t")
+    assert seen(alone, 0) == {8}
+    alone.close()

@@ -12,6 +12,7 @@ cache: several workers, each prefetching, kept alive across epochs.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,10 @@ class CachedSamples:
     @property
     def reader(self) -> DatasetReader:
         if self._reader is None or self._pid != os.getpid():
-            self._reader, self._pid = DatasetReader(self.dataset, **self.reader_options), os.getpid()
+            options = dict(self.reader_options)
+            if "tier_streams" not in options:  # the DataLoader's workers share the tier's server
+                options["tier_streams"] = max(1, options.get("threads", 8) // _loader_workers())
+            self._reader, self._pid = DatasetReader(self.dataset, **options), os.getpid()
         return self._reader
 
     def __len__(self) -> int:
@@ -59,6 +63,14 @@ class CachedSamples:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+def _loader_workers() -> int:
+    """How many DataLoader workers read beside this process (1 outside a worker); torch is
+    not imported for it: a worker process has it already."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return info.num_workers if info is not None else 1
 
 
 def loader_options(*, workers: int | None = None, batch_size: int = 32) -> dict[str, Any]:
