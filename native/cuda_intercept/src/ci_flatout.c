@@ -27,7 +27,7 @@
  * however many tokens it had (1.005 to 1.030 x every limit, a different factor each run).
  * A workload never seen flat out learns from NVML's share, as before.
  *
- * Outlying windows neither, once the mark is known: NVML's period and the window do not
+ * Outlying flat-out windows neither, once the mark is known: NVML's period and the window do not
  * line up, so the window in which a workload stops (a pause for data or a checkpoint, its
  * exit) can read the card flat out for the few tokens it had before stopping (an H100
  * read a matmul loop's last window at 4.6 x the mark's time per token), while the window
@@ -48,8 +48,8 @@
 /* Whether a window's time per token lies so far from the mark that it is not taken. */
 static bool ci_flatout_outlier(struct ci_flatout *f, double card_ns, double tokens)
 {
-    if (f->windows < CI_FLATOUT_MIN_WINDOWS)
-        return false;
+    if (!f->full || f->windows < CI_FLATOUT_MIN_WINDOWS)
+        return false; /* NVML's share below full load: its windows' errors even out */
     double ratio = card_ns / tokens / (f->card_ns / f->card_tokens);
     if (ratio <= CI_FLATOUT_BAND && ratio >= 1.0 / CI_FLATOUT_BAND) {
         f->outliers = 0;
