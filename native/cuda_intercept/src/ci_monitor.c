@@ -241,14 +241,12 @@ static void ci_monitor_calibrate(struct ci_monitor_dev *m, int dev, uint64_t t0,
         return;
     double card_ns = (double)(b->t_ns - a->t_ns) * busy / 100.0;
     double tokens = (double)(b->workload_charged - a->workload_charged);
-    if (!ci_flatout_window(&m->flatout, card_ns, tokens, busy >= 100.0)) {
-        ci_debug("dev %d: alone %.0f%% busy, %.0f ns per token: not taken", dev, busy,
-                 card_ns / tokens);
+    bool taken = ci_flatout_window(&m->flatout, card_ns, tokens, busy >= 100.0);
+    ci_debug("dev %d: alone %.0f%% busy, %.0f ns per token, %s (mark %.0f over %llu windows)",
+             dev, busy, card_ns / tokens, taken ? "taken" : "not taken",
+             m->flatout.card_ns / m->flatout.card_tokens, (unsigned long long)m->flatout.windows);
+    if (!taken)
         return;
-    }
-    ci_debug("dev %d: alone %.0f%% busy, %.0f ns per token (mark %.0f over %llu windows)", dev,
-             busy, card_ns / tokens, m->flatout.card_ns / m->flatout.card_tokens,
-             (unsigned long long)m->flatout.windows);
     double sampled = ci_gputime_alone_ns_per_token(dev);
     if (sampled <= 0.0)
         return;

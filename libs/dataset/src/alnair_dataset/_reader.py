@@ -318,12 +318,13 @@ class DatasetReader:
                 if entry is None or entry.version != files[i].version:
                     continue  # not in the tier, or an older version of it: the source has it
                 wanted.append((i, entry, entry.chunk_span(start, stop), stop))
-            large = [w for w in wanted if w[1].span_bytes(w[2]) > limit]
-            groups = [[w for w in wanted if w[1].span_bytes(w[2]) <= limit]]
-            groups += [[] for _ in range(min(self.tier_streams, len(large) + 1) - 1)]
-            for n, w in enumerate(large):  # the small files' stream takes a large file last
-                groups[(n + 1) % len(groups)].append(w)
-            groups = [g for g in groups if g]
+            small: list[tuple[int, FileEntry, range, int]] = []
+            large: list[tuple[int, FileEntry, range, int]] = []
+            for w in wanted:
+                (large if w[1].span_bytes(w[2]) > limit else small).append(w)
+            streams = min(self.tier_streams, len(large) + 1)  # the small files' stream first
+            groups = [g for g in [small + large[streams - 1::streams]]
+                      + [large[k - 1::streams] for k in range(1, streams)] if g]
             fetched = list(self._pool.map(self._chunks_of, groups) if len(groups) > 1
                            else map(self._chunks_of, groups))
             got = {w[0]: chunks for group, per_file in zip(groups, fetched, strict=True)

@@ -35,10 +35,9 @@ class CachedSamples:
     @property
     def reader(self) -> DatasetReader:
         if self._reader is None or self._pid != os.getpid():
-            options = dict(self.reader_options)
-            if "tier_streams" not in options:  # the DataLoader's workers share the tier's server
-                options["tier_streams"] = max(1, options.get("threads", 8) // _loader_workers())
-            self._reader, self._pid = DatasetReader(self.dataset, **options), os.getpid()
+            self._reader, self._pid = DatasetReader(self.dataset, **self.reader_options), os.getpid()
+            if "tier_streams" not in self.reader_options:  # the DataLoader's workers share the server
+                self._reader.tier_streams = max(1, self._reader.tier_streams // _loader_workers())
         return self._reader
 
     def __len__(self) -> int:
